@@ -1,0 +1,41 @@
+# nfsrdma — build and test.
+#   make test    unit tests with -race, then the integration suite in the test-bed guest
+#   make check   unit tests only
+#   make demo    the main job: mount knfsd's export over RDMA in the bed and use it
+GO      ?= go
+BUILD   := _build
+TESTBED := $(BUILD)/testbed
+GUEST_TIMEOUT ?= 50m
+
+.PHONY: all deps check test integration bench-baseline shell clean FORCE
+
+all: check
+
+# Host packages: qemu and debootstrap for the bed, rdma-core headers for cgo.
+deps:
+	$(GO) run ./integration/cmd/testbed host-deps
+
+check: deps
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+$(TESTBED): FORCE
+	$(GO) build -o $@ ./integration/cmd/testbed
+
+$(BUILD)/integration.test: FORCE
+	$(GO) test -c -tags integration -o $@ ./integration
+
+integration: deps $(TESTBED) $(BUILD)/integration.test
+	$(TESTBED) build
+	$(TESTBED) run -timeout $(GUEST_TIMEOUT) -- ./$(BUILD)/integration.test -test.v -test.count=1 -test.timeout $(GUEST_TIMEOUT)
+
+test: check integration
+
+bench-baseline: deps $(TESTBED)
+	$(TESTBED) bench-baseline
+
+shell: deps $(TESTBED)
+	$(TESTBED) shell
+
+clean:
+	rm -rf $(BUILD)

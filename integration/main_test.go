@@ -1,0 +1,27 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"testing"
+)
+
+// The bed's fixed facts (integration/testbed/guest/testbed-init).
+var (
+	serverAddr = netip.MustParseAddr("10.99.0.1")
+	nfsRDMA    = netip.AddrPortFrom(serverAddr, 20049)
+	exportDir  = "/export"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("TESTBED_GUEST") != "1" {
+		fmt.Fprintln(os.Stderr, "integration: these tests run inside the test-bed guest (knfsd over Soft-RoCE).\n"+
+			"Run them with 'make test', or build with 'go test -c -tags integration ./integration' and run the binary with\n"+
+			"'go run ./integration/cmd/testbed run -- ./integration.test -test.v'.")
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
