@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ParsePerftestBW reads the average bandwidth (MB/s, as perftest prints
+// without --report_gbits; MB = 2^20 bytes) from ib_{write,read,send}_bw
+// output.
+func ParsePerftestBW(out string) (mbps float64, err error) {
+	hdr := -1
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "#bytes" {
+			for i, c := range f {
+				if strings.HasPrefix(c, "BW") && strings.Contains(c, "average") {
+					hdr = i
+				}
+			}
+			// "BW average[MB/sec]" is two fields: find by joined header.
+			if hdr < 0 {
+				hdr = 3
+			}
+			continue
+		}
+		if hdr >= 0 && len(f) > 3 {
+			if _, err := strconv.Atoi(f[0]); err == nil {
+				return strconv.ParseFloat(f[3], 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("bench: no bandwidth line in perftest output:\n%s", out)
+}
+
+// ParsePerftestLat reads t_typical and t_avg (µs) from ib_*_lat output.
+func ParsePerftestLat(out string) (typical, avg float64, err error) {
+	seen := false
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "#bytes" {
+			seen = true
+			continue
+		}
+		if seen && len(f) >= 6 {
+			if _, err := strconv.Atoi(f[0]); err == nil {
+				typical, err1 := strconv.ParseFloat(f[4], 64)
+				avg, err2 := strconv.ParseFloat(f[5], 64)
+				if err1 != nil || err2 != nil {
+					return 0, 0, fmt.Errorf("bench: bad latency line %q", line)
+				}
+				return typical, avg, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("bench: no latency line in perftest output:\n%s", out)
+}
+
+// FioResult is what the bed reads from fio's JSON output.
+type FioResult struct {
+	ReadMiBps, WriteMiBps float64
+	ReadIOPS, WriteIOPS   float64
+	Errors                int
+}
+
+// ParseFio reads fio --output-format=json output (all jobs summed).
+func ParseFio(out []byte) (FioResult, error) {
+	// fio may print warnings before the JSON.
+	if i := strings.IndexByte(string(out), '{'); i > 0 {
+		out = out[i:]
+	}
+	var doc struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				BW   float64 `json:"bw"` // KiB/s
+				IOPS float64 `json:"iops"`
+			} `json:"read"`
+			Write struct {
+				BW   float64 `json:"bw"`
+				IOPS float64 `json:"iops"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return FioResult{}, fmt.Errorf("bench: fio JSON: %w", err)
+	}
+	if len(doc.Jobs) == 0 {
+		return FioResult{}, fmt.Errorf("bench: fio reported no jobs")
+	}
+	var r FioResult
+	for _, j := range doc.Jobs {
+		r.ReadMiBps += j.Read.BW / 1024
+		r.WriteMiBps += j.Write.BW / 1024
+		r.ReadIOPS += j.Read.IOPS
+		r.WriteIOPS += j.Write.IOPS
+		if j.Error != 0 {
+			r.Errors++
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+const writeBW = `
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF		Device         : rxe0
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      5000             23.10              22.87  		   0.000366
+---------------------------------------------------------------------------------------
+`
+
+const sendLat = `
+ #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] 
+ 2       1000          41.20          310.55       55.13    	       60.02       	11.03  		98.22   		310.55  
+`
+
+func TestParsePerftest(t *testing.T) {
+	bw, err := ParsePerftestBW(writeBW)
+	if err != nil || bw != 22.87 {
+		t.Fatalf("bw = %v, %v; want 22.87", bw, err)
+	}
+	typ, avg, err := ParsePerftestLat(sendLat)
+	if err != nil || typ != 55.13 || avg != 60.02 {
+		t.Fatalf("lat = %v %v %v", typ, avg, err)
+	}
+	if _, err := ParsePerftestBW("Couldn't connect to 10.99.0.1:18515"); err == nil {
+		t.Fatal("garbage parsed as a result")
+	}
+	if _, _, err := ParsePerftestLat(writeBW); err == nil {
+		t.Fatal("bw output parsed as latency")
+	}
+}
+
+func TestParseFio(t *testing.T) {
+	out := []byte(`note: both iodepth >= 1 and synchronous I/O engine are selected
+{"jobs":[{"error":0,"read":{"bw":16384,"iops":16.0},"write":{"bw":0,"iops":0}},
+{"error":0,"read":{"bw":8192,"iops":8.0},"write":{"bw":0,"iops":0}}]}`)
+	r, err := ParseFio(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.ReadMiBps-24) > 1e-9 || r.ReadIOPS != 24 || r.Errors != 0 {
+		t.Fatalf("%+v", r)
+	}
+	if _, err := ParseFio([]byte(`{"jobs":[]}`)); err == nil {
+		t.Fatal("empty job list accepted")
+	}
+}
+
+func TestRatio(t *testing.T) {
+	var r Report
+	r.Add(Measure{Group: "a", Name: "x", Value: 10})
+	r.Add(Measure{Group: "b", Name: "x", Value: 20})
+	r.AddRatio("higher", [2]string{"a", "x"}, [2]string{"b", "x"}, "higher", 1)
+	r.AddRatio("lower", [2]string{"a", "x"}, [2]string{"b", "x"}, "lower", 1)
+	r.AddRatio("missing", [2]string{"a", "y"}, [2]string{"b", "x"}, "lower", 1)
+	if len(r.Ratios) != 2 || r.Ratios[0].Value != 0.5 || r.Ratios[1].Value != 2 || len(r.Errors) != 1 {
+		t.Fatalf("%+v", r)
+	}
+}
