@@ -1,0 +1,5 @@
+//go:build !race
+
+package chunks
+
+const raceEnabled = false
