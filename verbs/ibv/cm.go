@@ -97,10 +97,11 @@ type endpoint struct {
 	ch      *cmChannel
 	id      *C.struct_rdma_cm_id
 	dev     *device
-	qp      *queuePair
+	qp      atomic.Pointer[queuePair]
 	peerPD  []byte
 	events  chan verbs.CMEvent
 	stop    chan struct{}
+	mu      sync.Mutex // serializes the event loop's actions with QP destruction
 	started bool
 	loop    sync.WaitGroup
 	closed  atomic.Bool
@@ -203,7 +204,7 @@ func (ep *endpoint) CreateQP(pd verbs.PD, cfg verbs.QPConfig) (verbs.QP, error) 
 	if !ok || !ok2 || !ok3 {
 		return nil, &verbs.OpError{Verb: "rdma_create_qp", Err: syscall.EINVAL, Hint: "PD and CQs must come from verbs/ibv"}
 	}
-	if ep.qp != nil {
+	if ep.qp.Load() != nil {
 		return nil, &verbs.OpError{Verb: "rdma_create_qp", Err: syscall.EEXIST, Hint: "the endpoint already has a QP"}
 	}
 	sig := 0
@@ -223,7 +224,7 @@ func (ep *endpoint) CreateQP(pd verbs.PD, cfg verbs.QPConfig) (verbs.QP, error) 
 	q.rwr = (*C.struct_nr_rwr)(C.calloc(maxChain, C.size_t(unsafe.Sizeof(C.struct_nr_rwr{}))))
 	q.ssge = (*C.struct_nr_sge)(C.calloc(maxSGEs, C.size_t(unsafe.Sizeof(C.struct_nr_sge{}))))
 	q.rsge = (*C.struct_nr_sge)(C.calloc(maxSGEs, C.size_t(unsafe.Sizeof(C.struct_nr_sge{}))))
-	ep.qp = q
+	ep.qp.Store(q)
 	ep.f.live.qps.Add(1)
 	return q, nil
 }
@@ -296,6 +297,18 @@ func (ep *endpoint) startEvents() {
 			switch ev.event {
 			case C.RDMA_CM_EVENT_DISCONNECTED:
 				t = verbs.CMDisconnected
+				// Answer the peer's disconnect request (the IB CM's DREP),
+				// so its side completes too, and normalize: after
+				// DISCONNECTED the QP is in the error state, its
+				// outstanding WRs flushed.
+				ep.mu.Lock()
+				if !ep.closed.Load() {
+					C.rdma_disconnect(ep.id)
+					if q := ep.qp.Load(); q != nil {
+						q.SetError()
+					}
+				}
+				ep.mu.Unlock()
 			case C.RDMA_CM_EVENT_DEVICE_REMOVAL:
 				t = verbs.CMDeviceRemoval
 			case C.RDMA_CM_EVENT_TIMEWAIT_EXIT:
@@ -324,11 +337,16 @@ func (ep *endpoint) startEvents() {
 func (ep *endpoint) Events() <-chan verbs.CMEvent { return ep.events }
 
 func (ep *endpoint) Disconnect() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
 	if ep.closed.Load() {
 		return verbs.ErrClosed
 	}
 	if r, err := C.rdma_disconnect(ep.id); r != 0 {
 		return &verbs.OpError{Verb: "rdma_disconnect", Object: ep.RemoteAddr().String(), Err: err}
+	}
+	if q := ep.qp.Load(); q != nil {
+		q.SetError()
 	}
 	return nil
 }
@@ -355,8 +373,8 @@ func (ep *endpoint) Close() error {
 	if ep.closed.Swap(true) {
 		return nil
 	}
-	if ep.qp != nil {
-		ep.qp.Close()
+	if q := ep.qp.Load(); q != nil {
+		q.Close()
 	}
 	close(ep.stop)
 	ep.ch.fd.close() // ends the event loop's wait

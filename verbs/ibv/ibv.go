@@ -491,6 +491,8 @@ type queuePair struct {
 	ssge   *C.struct_nr_sge
 	rsge   *C.struct_nr_sge
 	closed atomic.Bool
+	// errored is set once the QP is known to be in the error state.
+	errored atomic.Bool
 }
 
 func (q *queuePair) Num() uint32        { return uint32(q.qp.qp_num) }
@@ -585,6 +587,11 @@ func (q *queuePair) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if r != 0 {
 		return int(bad), &verbs.OpError{Verb: "ibv_post_recv", Object: fmt.Sprintf("qp %d", q.Num()), Err: syscall.Errno(r)}
 	}
+	if q.errored.Load() && q.ep.dev.quirks.KickRecvFlush {
+		// The driver flushes receives only when it enters the error state:
+		// enter it again so these flush too (normalized behaviour).
+		C.nr_modify_qp_err(q.qp)
+	}
 	return len(wrs), nil
 }
 
@@ -600,12 +607,15 @@ func (q *queuePair) State() (verbs.QPState, error) {
 }
 
 func (q *queuePair) SetError() error {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
 	if q.closed.Load() {
 		return verbs.ErrClosed
 	}
 	if r := C.nr_modify_qp_err(q.qp); r != 0 {
 		return &verbs.OpError{Verb: "ibv_modify_qp(ERR)", Err: syscall.Errno(r)}
 	}
+	q.errored.Store(true)
 	return nil
 }
 
@@ -613,13 +623,16 @@ func (q *queuePair) Close() error {
 	if q.closed.Swap(true) {
 		return nil
 	}
+	// Lock order: endpoint, then send, then receive.
+	q.ep.mu.Lock()
+	defer q.ep.mu.Unlock()
 	q.sendMu.Lock()
 	q.recvMu.Lock()
 	defer q.sendMu.Unlock()
 	defer q.recvMu.Unlock()
 	q.ep.f.live.qps.Add(-1)
 	C.rdma_destroy_qp(q.ep.id)
-	q.ep.qp = nil
+	q.ep.qp.Store(nil)
 	C.free(unsafe.Pointer(q.swr))
 	C.free(unsafe.Pointer(q.rwr))
 	C.free(unsafe.Pointer(q.ssge))
@@ -641,13 +654,20 @@ type Quirks struct {
 	// DoubleLocalInvPanics: a LOCAL_INV of an already invalid rkey crashes
 	// the kernel driver. Window state must be exact.
 	DoubleLocalInvPanics bool
+	// KickRecvFlush: a receive posted to a QP already in the error state
+	// never completes (user-space rxe has no receive doorbell; the driver
+	// flushes the receive queue only on entering the error state). The
+	// binding normalizes it: after posting receives to an errored QP it
+	// moves the QP to the error state again, which flushes them.
+	KickRecvFlush bool
 }
 
 var quirkTable = map[string]Quirks{
 	// Soft-RoCE, measured on kernel 6.1 with rdma-core 44 (shared/TESTBED.md):
 	// it reports Send With Invalidate with the kernel's IB_WC_WITH_INVALIDATE
 	// bit (0x4, libibverbs' IBV_WC_IP_CSUM_OK) instead of IBV_WC_WITH_INV.
-	"rxe": {Driver: "rxe", WithInvFlags: C.IBV_WC_WITH_INV | C.IBV_WC_IP_CSUM_OK, WindowBoundsEnforced: false, DoubleLocalInvPanics: true},
+	"rxe": {Driver: "rxe", WithInvFlags: C.IBV_WC_WITH_INV | C.IBV_WC_IP_CSUM_OK, WindowBoundsEnforced: false, DoubleLocalInvPanics: true,
+		KickRecvFlush: true},
 }
 
 func quirksFor(driver string) Quirks {

@@ -18,6 +18,7 @@ type Quirks struct {
 	WithInvFlags         uint32
 	WindowBoundsEnforced bool
 	DoubleLocalInvPanics bool
+	KickRecvFlush        bool
 }
 
 // QuirksOf reports no quirks in this build.

@@ -1,0 +1,86 @@
+package xprt
+
+import (
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/frwr"
+	"github.com/nfsrdma/nfsrdma/verbs"
+)
+
+// Config configures a Transport. The zero value of each field has the
+// documented default.
+type Config struct {
+	// Fabric is the verbs implementation: verbs/ibv on real devices,
+	// verbs/sim in tests. Required.
+	Fabric verbs.Fabric
+	// Addr is the server's RPC-over-RDMA address (NFS: port 20049).
+	Addr netip.AddrPort
+	// Inline is the inline size offered in both directions in the RFC 8797
+	// private data (default 4096). The connection uses the smaller of ours
+	// and the server's; 1024 when the server sends none.
+	Inline int
+	// Slots is the most calls outstanding at once, the cap on the server's
+	// credit grant (default 128).
+	Slots int
+	// MaxIO is the largest bulk item (READ/WRITE payload) in bytes; it sizes
+	// the registered I/O buffers (default 1 MiB).
+	MaxIO int
+	// MaxSegment is the most bytes one chunk segment (one window) covers;
+	// longer chunks are split (default: a whole I/O buffer).
+	MaxSegment int
+	// IOBuffers is the number of registered I/O buffers (default 32).
+	IOBuffers int
+	// SendQueue is the send-queue depth in WRs (default 4 per slot). A small
+	// queue exercises the congestion gate.
+	SendQueue int
+	// Registration chooses memory windows or per-I/O registration
+	// (default: windows when the device has type-2 windows).
+	Registration frwr.Mode
+	// Timeout is how long a sent call may wait for its reply before the
+	// connection is reset and the call retransmitted on a new one
+	// (default 60 s).
+	Timeout time.Duration
+	// ConnectTimeout bounds one connection attempt (default 10 s).
+	ConnectTimeout time.Duration
+	// MaxReconnectDelay caps the backoff between reconnect attempts
+	// (default 5 s).
+	MaxReconnectDelay time.Duration
+	// Logger receives the transport's events; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Inline == 0 {
+		c.Inline = 4096
+	}
+	if c.Slots == 0 {
+		c.Slots = 128
+	}
+	if c.MaxIO == 0 {
+		c.MaxIO = 1 << 20
+	}
+	if c.MaxSegment == 0 || c.MaxSegment > c.MaxIO+4096 {
+		c.MaxSegment = c.MaxIO + 4096
+	}
+	if c.IOBuffers == 0 {
+		c.IOBuffers = 32
+	}
+	if c.SendQueue == 0 {
+		c.SendQueue = 4 * c.Slots
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 60 * time.Second
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 10 * time.Second
+	}
+	if c.MaxReconnectDelay == 0 {
+		c.MaxReconnectDelay = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,57 @@
+package xprt
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Counters are the transport's event counts, in the spirit of the Linux
+// client's xprt line in /proc/self/mountstats: operators see what the
+// transport does, and the unusual paths are counted.
+type Counters struct {
+	Calls               uint64 // RPCs started
+	Sends               uint64 // SEND WRs posted (retransmissions included)
+	Receives            uint64 // receive completions
+	BadXIDs             uint64 // replies matching no outstanding call
+	MalformedReplies    uint64 // transport headers that did not decode or did not match the call
+	ReadChunks          uint64 // calls that carried a Read chunk
+	PositionZero        uint64 // calls sent whole in a position-zero Read chunk (RDMA_NOMSG)
+	WriteChunks         uint64 // calls that offered a Write chunk
+	ReplyChunks         uint64 // calls that offered a Reply chunk
+	PullUpBytes         uint64 // bytes copied into send buffers (inline pull-up)
+	PullUps             uint64 // inline pull-up copies
+	Binds               uint64 // memory-window binds
+	LocalInvalidations  uint64 // LOCAL_INV WRs posted
+	RemoteInvalidations uint64 // windows invalidated by the server (Send With Invalidate)
+	CongestionWaits     uint64 // calls that waited for send-queue room
+	CreditWaits         uint64 // calls that waited for a credit
+	ReplyBeforeSend     uint64 // replies that arrived before their send completion
+	Reconnects          uint64 // connections made after the first
+	Retransmits         uint64 // calls sent again on a new connection
+	Timeouts            uint64 // connection resets caused by a call's timeout
+	RDMAErrors          uint64 // RDMA_ERROR replies
+	ErrorCompletions    uint64 // work completions with an error status (flushes excluded)
+	Disconnects         uint64 // connections lost or reset
+	Credits             uint64 // the server's current grant (a gauge)
+	MaxOutstanding      uint64 // the most calls outstanding at once
+	WindowsReplaced     uint64 // windows destroyed after an error (state unknown)
+	Registrations       uint64 // per-I/O registrations (fallback mode)
+}
+
+// String formats the counters as one line.
+func (c Counters) String() string {
+	return fmt.Sprintf("calls %d sends %d recvs %d bad_xid %d malformed %d read_chunks %d pos0 %d write_chunks %d reply_chunks %d "+
+		"pullups %d (%d bytes) binds %d local_inv %d remote_inv %d congestion_waits %d credit_waits %d reply_before_send %d "+
+		"reconnects %d retransmits %d timeouts %d rdma_errors %d error_completions %d disconnects %d credits %d max_outstanding %d "+
+		"windows_replaced %d registrations %d",
+		c.Calls, c.Sends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
+		c.PullUps, c.PullUpBytes, c.Binds, c.LocalInvalidations, c.RemoteInvalidations, c.CongestionWaits, c.CreditWaits, c.ReplyBeforeSend,
+		c.Reconnects, c.Retransmits, c.Timeouts, c.RDMAErrors, c.ErrorCompletions, c.Disconnects, c.Credits, c.MaxOutstanding,
+		c.WindowsReplaced, c.Registrations)
+}
+
+type counters struct {
+	calls, sends, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks          atomic.Uint64
+	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend atomic.Uint64
+	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut   atomic.Uint64
+}
