@@ -30,6 +30,7 @@ type call struct {
 	replyBuf  *frwr.Buffer // Write chunk or Reply chunk landing area
 	regs      []*frwr.Registration
 	reserved  int // gate room held: binds + SEND + possible LOCAL_INVs
+	binds     int // bind WRs in the posted chain
 	localInvs int // LOCAL_INVs posted for the reply
 	hasCredit bool
 	admitted  bool
@@ -204,7 +205,7 @@ func (cl *call) resetAttempt() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cl.conn, cl.hasCredit, cl.admitted, cl.posted, cl.sendDone, cl.replied = nil, false, false, false, false, false
-	cl.reserved, cl.localInvs, cl.rdmaErr = 0, 0, nil
+	cl.reserved, cl.binds, cl.localInvs, cl.rdmaErr = 0, 0, 0, nil
 	cl.hdr.Reset()
 }
 
@@ -470,6 +471,7 @@ func (cl *call) post(c *conn) error {
 			n++
 		}
 	}
+	cl.binds = n
 	wrs[n] = verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{{MR: c.sendMR, Offset: uint64(sb * c.sendSize), Length: uint32(len(msg))}}}
 	n++
 	res, ok := c.ring.Reserve(n, false)

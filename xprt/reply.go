@@ -203,7 +203,7 @@ func (t *Transport) finishReply(cl *call) {
 	c := cl.conn
 	if c != nil && !c.broken {
 		// Give back the LOCAL_INV room reserved and not used.
-		unused := cl.reserved - (cl.bindsPosted() + 1) - cl.localInvs
+		unused := cl.reserved - (cl.binds + 1) - cl.localInvs
 		if unused > 0 {
 			c.gate.Free(unused, admitLocked)
 		}
@@ -232,17 +232,6 @@ func (t *Transport) finishReply(cl *call) {
 }
 
 var errAbandoned = errors.New("xprt: call abandoned by its caller")
-
-// bindsPosted is the number of bind WRs the call's chain carried.
-func (cl *call) bindsPosted() int {
-	n := 0
-	for _, g := range cl.regs {
-		if _, ok := g.BindWR(); ok {
-			n++
-		}
-	}
-	return n
-}
 
 // rebuild checks the reply against what the call offered and returns it.
 func (cl *call) rebuild() (*sunrpc.Reply, error) {
