@@ -486,6 +486,7 @@ func (cl *call) post(c *conn) error {
 			m.kind, m.sendBuf, m.call = wrSend, sb, cl
 			if res.Signal {
 				wrs[i].Flags |= verbs.SendSignaled
+				t.ctr.signaled.Add(1)
 			}
 		}
 	}

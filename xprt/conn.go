@@ -74,6 +74,7 @@ type conn struct {
 	pollCtx   context.Context
 	stopPoll  context.CancelFunc
 	pollers   sync.WaitGroup
+	watcher   sync.WaitGroup
 	rqDrained chan struct{}
 	sqDrained chan struct{}
 	recvWRs   []verbs.RecvWR
@@ -161,6 +162,7 @@ func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
 	c.pollers.Add(2)
 	go c.recvLoop()
 	go c.sendLoop()
+	c.watcher.Add(1)
 	go c.watchEvents()
 	ok = true
 	return c, nil
@@ -195,6 +197,7 @@ func (c *conn) postRecvsLocked() error {
 // watchEvents turns a DISCONNECTED (or device removal) into a connection
 // loss.
 func (c *conn) watchEvents() {
+	defer c.watcher.Done()
 	for ev := range c.ep.Events() {
 		switch ev.Type {
 		case verbs.CMDisconnected, verbs.CMDeviceRemoval:
@@ -263,6 +266,7 @@ func (c *conn) release() {
 		c.scq.Close()
 	}
 	if c.ep != nil {
-		c.ep.Close()
+		c.ep.Close() // closes Events: the watcher returns
+		c.watcher.Wait()
 	}
 }

@@ -11,6 +11,7 @@ import (
 type Counters struct {
 	Calls               uint64 // RPCs started
 	Sends               uint64 // SEND WRs posted (retransmissions included)
+	SignaledSends       uint64 // SEND WRs posted signaled (selective signaling: about one per half send queue)
 	Receives            uint64 // receive completions
 	BadXIDs             uint64 // replies matching no outstanding call
 	MalformedReplies    uint64 // transport headers that did not decode or did not match the call
@@ -40,18 +41,18 @@ type Counters struct {
 
 // String formats the counters as one line.
 func (c Counters) String() string {
-	return fmt.Sprintf("calls %d sends %d recvs %d bad_xid %d malformed %d read_chunks %d pos0 %d write_chunks %d reply_chunks %d "+
+	return fmt.Sprintf("calls %d sends %d signaled %d recvs %d bad_xid %d malformed %d read_chunks %d pos0 %d write_chunks %d reply_chunks %d "+
 		"pullups %d (%d bytes) binds %d local_inv %d remote_inv %d congestion_waits %d credit_waits %d reply_before_send %d "+
 		"reconnects %d retransmits %d timeouts %d rdma_errors %d error_completions %d disconnects %d credits %d max_outstanding %d "+
 		"windows_replaced %d registrations %d",
-		c.Calls, c.Sends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
+		c.Calls, c.Sends, c.SignaledSends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
 		c.PullUps, c.PullUpBytes, c.Binds, c.LocalInvalidations, c.RemoteInvalidations, c.CongestionWaits, c.CreditWaits, c.ReplyBeforeSend,
 		c.Reconnects, c.Retransmits, c.Timeouts, c.RDMAErrors, c.ErrorCompletions, c.Disconnects, c.Credits, c.MaxOutstanding,
 		c.WindowsReplaced, c.Registrations)
 }
 
 type counters struct {
-	calls, sends, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks          atomic.Uint64
-	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend atomic.Uint64
-	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut   atomic.Uint64
+	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks atomic.Uint64
+	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend  atomic.Uint64
+	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut    atomic.Uint64
 }

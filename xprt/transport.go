@@ -44,7 +44,8 @@ type Transport struct {
 	calls    map[uint32]*call
 	orphans  map[*call]struct{} // abandoned calls whose xid was reused
 	lastErr  error
-	bg       sync.WaitGroup
+	bgN      int        // background teardowns/reconnects running (mu)
+	bgIdle   *sync.Cond // signalled when bgN drops to 0
 	closeCh  chan struct{}
 	regCtrs0 frwr.Counters
 }
@@ -69,6 +70,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, calls: make(map[uint32]*call), orphans: make(map[*call]struct{}), connUp: make(chan struct{}), closeCh: make(chan struct{})}
 	t.gen = 1
+	t.bgIdle = sync.NewCond(&t.mu)
 	c, err := t.dial(ctx, t.gen)
 	if err != nil {
 		t.releaseRegistry()
@@ -118,7 +120,7 @@ func (t *Transport) releaseRegistry() {
 // Counters returns a snapshot of the transport's counters.
 func (t *Transport) Counters() Counters {
 	c := Counters{
-		Calls: t.ctr.calls.Load(), Sends: t.ctr.sends.Load(), Receives: t.ctr.receives.Load(), BadXIDs: t.ctr.badXIDs.Load(),
+		Calls: t.ctr.calls.Load(), Sends: t.ctr.sends.Load(), SignaledSends: t.ctr.signaled.Load(), Receives: t.ctr.receives.Load(), BadXIDs: t.ctr.badXIDs.Load(),
 		MalformedReplies: t.ctr.malformed.Load(), ReadChunks: t.ctr.readChunks.Load(), PositionZero: t.ctr.pos0.Load(),
 		WriteChunks: t.ctr.writeChunks.Load(), ReplyChunks: t.ctr.replyChunks.Load(), PullUps: t.ctr.pullUps.Load(),
 		PullUpBytes: t.ctr.pullUpBytes.Load(), CongestionWaits: t.ctr.congestionWaits.Load(), CreditWaits: t.ctr.creditWaits.Load(),
@@ -178,8 +180,10 @@ func (t *Transport) Close() error {
 	if c != nil {
 		t.connLost(c, ErrClosed)
 	}
-	t.bg.Wait()
 	t.mu.Lock()
+	for t.bgN > 0 {
+		t.bgIdle.Wait()
+	}
 	for _, cl := range t.calls {
 		cl.finish(nil, ErrClosed)
 	}
@@ -239,13 +243,19 @@ func (t *Transport) connLost(c *conn, why error) {
 	c.creditQ = nil
 	c.gate.Reset(admitLocked)
 	closed := t.closed
+	t.bgN++
 	t.mu.Unlock()
 	if !errors.Is(why, ErrClosed) {
 		t.log.Warn("connection lost", "addr", t.cfg.Addr, "err", why)
 	}
-	t.bg.Add(1)
 	go func() {
-		defer t.bg.Done()
+		defer func() {
+			t.mu.Lock()
+			if t.bgN--; t.bgN == 0 {
+				t.bgIdle.Broadcast()
+			}
+			t.mu.Unlock()
+		}()
 		t.teardown(c)
 		if !closed {
 			t.reconnect()
@@ -264,13 +274,15 @@ func (t *Transport) teardown(c *conn) {
 	// The device is done with every WR: retire them all.
 	c.ring.Flush(func(_ uint64, m *sendMeta) { t.retireLocked(c, m, nil) })
 	var lost []*call
+	// Calls posted on c are settled here; calls not yet posted undo their
+	// own attempt (they see c.broken).
 	for _, cl := range t.calls {
-		if cl.conn == c && !cl.done {
+		if cl.conn == c && cl.posted && !cl.done {
 			lost = append(lost, cl)
 		}
 	}
 	for cl := range t.orphans {
-		if cl.conn == c && !cl.done {
+		if cl.conn == c && cl.posted && !cl.done {
 			lost = append(lost, cl)
 		}
 	}

@@ -63,7 +63,7 @@ func Run(ctx context.Context, img *Image, o RunOptions) (int, error) {
 		o.Log = os.Stderr
 	}
 	if o.MemoryMiB == 0 {
-		o.MemoryMiB = 4096
+		o.MemoryMiB = 6144
 	}
 	if o.CPUs == 0 {
 		o.CPUs = 2
@@ -116,7 +116,7 @@ func Run(ctx context.Context, img *Image, o RunOptions) (int, error) {
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
 		"-nic", "none", "-no-reboot",
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", "root=/dev/vda rw console=ttyS0 quiet panic=-1 nokaslr",
+		"-append", "root=/dev/vda rw console=ttyS0 loglevel=4 panic=-1 nokaslr",
 		"-drive", "file=" + img.Root + ",if=virtio,format=raw,snapshot=on,cache=unsafe",
 		"-device", "virtio-rng-pci",
 		"-virtfs", "local,path=" + ctl + ",mount_tag=ctl,security_model=none,id=ctl",

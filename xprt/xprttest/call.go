@@ -52,6 +52,9 @@ func (c *conn) serveCall(msg []byte, ci CallInfo) {
 		c.sendError(ci.XID, vers, code)
 		return
 	}
+	if obs := c.s.cfg.Observe; obs != nil {
+		obs(ci, &hdr)
+	}
 	call, err := c.assemble(msg[hn:], &hdr)
 	if err != nil {
 		if errors.Is(err, errChunk) {

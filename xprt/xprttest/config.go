@@ -87,6 +87,10 @@ type Config struct {
 	Misbehave Misbehavior
 	// Logger receives the server's events; nil discards them.
 	Logger *slog.Logger
+	// Observe, when set, sees every decoded call header (on the calls'
+	// goroutines, concurrently): tests read the chunk segments — rkeys,
+	// lengths, addresses — the client offered.
+	Observe func(CallInfo, *rpcrdma.Header)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -50,7 +50,7 @@ func benchBaseline(ctx context.Context, args []string) (int, error) {
 		return 1, err
 	}
 	jsonPath := filepath.Join(rel, "baseline.json")
-	code, err := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 4096,
+	code, err := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144,
 		Args: []string{filepath.Join(rel, ".bin", "benchguest"), "-out", jsonPath, "-size", fmt.Sprint(*size)}})
 	if err != nil {
 		return code, err

@@ -32,7 +32,7 @@ func usage() {
 run and shell flags:
   -share DIR      host directory mounted at /share in the guest (default: current directory)
   -timeout D      kill the guest after D (default 30m)
-  -mem MiB        guest memory (default 4096)
+  -mem MiB        guest memory (default 6144)
   -env K=V        extra environment for the command (repeatable)
 `)
 }
@@ -70,7 +70,7 @@ func run(ctx context.Context, sub string, args []string) (int, error) {
 		fs := flag.NewFlagSet(sub, flag.ContinueOnError)
 		share := fs.String("share", "", "host directory mounted at /share")
 		timeout := fs.Duration("timeout", 30*time.Minute, "guest timeout")
-		mem := fs.Int("mem", 4096, "guest memory in MiB")
+		mem := fs.Int("mem", 6144, "guest memory in MiB (knfsd sizes its largest READ and WRITE from it: 6 GiB gives 1 MiB)")
 		var env envList
 		fs.Var(&env, "env", "K=V for the command")
 		fs.Usage = usage

@@ -1,0 +1,373 @@
+package nfs3
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+func TestStatusMapping(t *testing.T) {
+	tests := []struct {
+		st     Status
+		target error
+	}{
+		{ErrNoEnt, fs.ErrNotExist},
+		{ErrNoEnt, syscall.ENOENT},
+		{ErrExist, fs.ErrExist},
+		{ErrExist, syscall.EEXIST},
+		{ErrPerm, fs.ErrPermission},
+		{ErrAcces, fs.ErrPermission},
+		{ErrAcces, syscall.EACCES},
+		{ErrNotEmpty, syscall.ENOTEMPTY},
+		{ErrNotDir, syscall.ENOTDIR},
+		{ErrIsDir, syscall.EISDIR},
+		{ErrROFS, syscall.EROFS},
+		{ErrNoSpc, syscall.ENOSPC},
+		{ErrStale, syscall.ESTALE},
+		{ErrBadHandle, syscall.ESTALE},
+		{ErrNameTooLong, syscall.ENAMETOOLONG},
+		{ErrDQuot, syscall.EDQUOT},
+		{ErrFBig, syscall.EFBIG},
+		{ErrNotSupp, syscall.ENOTSUP},
+		{ErrJukebox, syscall.EAGAIN},
+	}
+	for _, tc := range tests {
+		err := fmt.Errorf("wrapped: %w", tc.st)
+		if !errors.Is(err, tc.target) {
+			t.Errorf("%v is not %v", tc.st, tc.target)
+		}
+	}
+	if errors.Is(ErrNoEnt, fs.ErrExist) || errors.Is(ErrIO, fs.ErrNotExist) || errors.Is(ErrStale, syscall.ENOENT) {
+		t.Error("false match")
+	}
+	for st := range statusInfo {
+		if st != StatusOK && st.Error() == "" {
+			t.Errorf("%d: empty message", st)
+		}
+	}
+	if Status(12345).Error() != "nfsstat3(12345)" || !errors.Is(Status(12345), syscall.EIO) {
+		t.Error("unknown status")
+	}
+	if !errors.Is(MountErrAcces, fs.ErrPermission) || !errors.Is(MountErrNoEnt, syscall.ENOENT) {
+		t.Error("mount status mapping")
+	}
+}
+
+// TestPipelinedLargeFile writes a multi-MiB file through the pipelined
+// WriteAt path (UNSTABLE + COMMIT) in small WRITE sizes and reads it back
+// through ReadAt, comparing checksums.
+func TestPipelinedLargeFile(t *testing.T) {
+	s := startGoNFS(t)
+	tgt := s.mount(t, &MountOptions{Client: ClientOptions{Rsize: 64 << 10, Wsize: 48 << 10, Window: 8}})
+	ctx := testCtx(t)
+	const size = 5<<20 + 12345
+	data := make([]byte, size)
+	rand.Read(data)
+	want := sha256.Sum256(data)
+
+	f, err := tgt.OpenFile(ctx, "big.bin", 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.WriteAt(data, 0); n != size || err != nil {
+		t.Fatalf("WriteAt: %d, %v", n, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := tgt.Getattr(ctx, "big.bin"); err != nil || a.Size != size {
+		t.Fatalf("size on the server: %d %v", a.Size, err)
+	}
+
+	f, err = tgt.Open(ctx, "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, size)
+	if n, err := f.ReadAt(got, 0); n != size || err != nil {
+		t.Fatalf("ReadAt: %d, %v", n, err)
+	}
+	if sha256.Sum256(got) != want {
+		t.Fatal("checksum mismatch")
+	}
+
+	// io.ReaderAt: reading past the end returns what there is and io.EOF.
+	tail := make([]byte, 1<<20)
+	n, err := f.ReadAt(tail, size-1000)
+	if n != 1000 || err != io.EOF || !bytes.Equal(tail[:n], data[size-1000:]) {
+		t.Fatalf("ReadAt past end: %d, %v", n, err)
+	}
+	if n, err := f.ReadAt(tail, size+10); n != 0 || err != io.EOF {
+		t.Fatalf("ReadAt beyond end: %d, %v", n, err)
+	}
+
+	// Sequential io.Reader with Seek.
+	if pos, err := f.Seek(-100, io.SeekEnd); pos != size-100 || err != nil {
+		t.Fatalf("Seek end: %d %v", pos, err)
+	}
+	rest, err := io.ReadAll(f)
+	if err != nil || !bytes.Equal(rest, data[size-100:]) {
+		t.Fatalf("ReadAll after seek: %d bytes, %v", len(rest), err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, f, make([]byte, 200<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatal("sequential read checksum mismatch")
+	}
+}
+
+// TestSmallWrites exercises the uncommitted-copy path: many small writes,
+// concurrent WriteAt at disjoint offsets, Sync and Close.
+func TestSmallWrites(t *testing.T) {
+	s := startGoNFS(t)
+	tgt := s.mount(t, &MountOptions{Client: ClientOptions{Wsize: 8 << 10}, MaxDirty: 64 << 10})
+	ctx := testCtx(t)
+	f, err := tgt.OpenFile(ctx, "/small", 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	for i := range 300 {
+		line := fmt.Sprintf("line %04d of the small-write test\n", i)
+		want.WriteString(line)
+		if _, err := io.WriteString(f, line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	base := int64(want.Len())
+	block := bytes.Repeat([]byte{'z'}, 1000)
+	for i := range 16 {
+		wg.Go(func() {
+			if _, err := f.WriteAt(block, base+int64(i)*1000); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for range 16 {
+		want.Write(block)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); !errors.Is(err, fs.ErrClosed) {
+		t.Errorf("second close: %v", err)
+	}
+	if _, err := f.Write([]byte("x")); !errors.Is(err, fs.ErrClosed) {
+		t.Errorf("write after close: %v", err)
+	}
+	g, err := tgt.Open(ctx, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got, err := io.ReadAll(g)
+	if err != nil || !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("content mismatch (%d vs %d bytes): %v", len(got), want.Len(), err)
+	}
+}
+
+// TestDirectoryPaging lists a directory of many entries in small pages.
+func TestDirectoryPaging(t *testing.T) {
+	s := startGoNFS(t)
+	// go-nfs refuses READDIRPLUS maxcount under 4096 (NFS3ERR_TOOSMALL).
+	tgt := s.mount(t, &MountOptions{Client: ClientOptions{DirSize: 4096}})
+	ctx := testCtx(t)
+	dir, err := tgt.Mkdir(ctx, "/many", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tgt.Client()
+	const n = 1200
+	var want []string
+	for i := range n {
+		name := fmt.Sprintf("entry-%04d-with-a-longish-name", i)
+		want = append(want, name)
+		if _, err := c.Create(ctx, dir, name, CreateHow{Mode: Unchecked}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Count pages to be sure paging happened.
+	pages := 0
+	var cookie Cookie
+	var verf CookieVerf
+	for {
+		r, err := c.Readdir(ctx, dir, cookie, verf, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		if r.EOF {
+			break
+		}
+		cookie, verf = r.Entries[len(r.Entries)-1].Cookie, r.Verf
+	}
+	if pages < 10 {
+		t.Errorf("only %d pages", pages)
+	}
+
+	names := func(list []string) []string {
+		list = slices.DeleteFunc(list, func(s string) bool { return s == "." || s == ".." })
+		slices.Sort(list)
+		return list
+	}
+	ents, err := c.ReadDirAll(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name)
+	}
+	if !slices.Equal(names(got), want) {
+		t.Errorf("READDIR: %d names, want %d", len(names(got)), n)
+	}
+
+	fis, err := tgt.ReadDirPlus(ctx, "/many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, fi := range fis {
+		got = append(got, fi.Name())
+		if fi.IsDir() || fi.Size() != 0 || fi.FH == nil {
+			t.Errorf("entry %s: %+v", fi.Name(), fi)
+		}
+	}
+	if !slices.Equal(names(got), want) {
+		t.Errorf("READDIRPLUS: %d names, want %d", len(names(got)), n)
+	}
+
+	// Stop early through the iterator.
+	seen := 0
+	for _, err := range c.DirEntriesPlus(ctx, dir) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen++; seen == 5 {
+			break
+		}
+	}
+}
+
+func TestPathAPI(t *testing.T) {
+	s := startGoNFS(t)
+	tgt := s.mount(t, nil)
+	ctx := testCtx(t)
+
+	if _, err := tgt.Mkdir(ctx, "/a", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tgt.Mkdir(ctx, "/a/b", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tgt.Mkdir(ctx, "a", 0o755); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("mkdir existing: %v", err)
+	}
+	if _, err := tgt.Create(ctx, "/a/b/f", 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tgt.Create(ctx, "/a/b/f", 0o640); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("create existing: %v", err)
+	}
+	fi, fh, err := tgt.Lookup(ctx, "/a/b/f")
+	if err != nil || fh == nil || fi.Name() != "f" || fi.Mode() != 0o640 || fi.IsDir() {
+		t.Fatalf("lookup: %+v %v", fi, err)
+	}
+	di, _, err := tgt.Lookup(ctx, "a/b/")
+	if err != nil || !di.IsDir() || di.Mode()&fs.ModePerm != 0o700 || !di.Mode().IsDir() {
+		t.Fatalf("lookup dir: %+v %v", di, err)
+	}
+
+	var pe *fs.PathError
+	_, _, err = tgt.Lookup(ctx, "/a/missing/x")
+	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != "/a/missing/x" {
+		t.Errorf("lookup missing: %v", err)
+	}
+	if _, _, err := tgt.Lookup(ctx, "/a/b/f/x"); err == nil {
+		t.Error("lookup through a file succeeded")
+	}
+
+	if err := tgt.Setattr(ctx, "/a/b/f", SetAttr{Mode: new(uint32(0o600))}); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := tgt.Getattr(ctx, "/a/b/f"); err != nil || a.Mode&0o777 != 0o600 {
+		t.Errorf("getattr after setattr: %o %v", a.Mode, err)
+	}
+
+	if err := tgt.Symlink(ctx, "b/f", "/a/link"); err != nil {
+		t.Fatal(err)
+	}
+	if target, err := tgt.Readlink(ctx, "/a/link"); err != nil || target != "b/f" {
+		t.Errorf("readlink: %q %v", target, err)
+	}
+	if fi, _, err := tgt.Lookup(ctx, "/a/link"); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+		t.Errorf("symlink mode: %v %v", fi, err)
+	}
+
+	if err := tgt.Rename(ctx, "/a/b/f", "/a/g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tgt.Lookup(ctx, "/a/g"); err != nil {
+		t.Error(err)
+	}
+	if err := tgt.RmDir(ctx, "/a/b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tgt.Remove(ctx, "/a/g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tgt.Remove(ctx, "/a/g"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("remove missing: %v", err)
+	}
+	if _, err := tgt.Open(ctx, "/nope"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("open missing: %v", err)
+	}
+
+	// RemoveAll over a small tree, and of something missing.
+	for _, d := range []string{"/t", "/t/x", "/t/x/y", "/t/z"} {
+		if _, err := tgt.Mkdir(ctx, d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{"/t/f1", "/t/x/f2", "/t/x/y/f3"} {
+		if _, err := tgt.Create(ctx, p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tgt.RemoveAll(ctx, "/t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tgt.Lookup(ctx, "/t"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("after RemoveAll: %v", err)
+	}
+	if err := tgt.RemoveAll(ctx, "/t"); err != nil {
+		t.Errorf("RemoveAll missing: %v", err)
+	}
+
+	if info, err := tgt.FSInfo(ctx); err != nil || info.WtMax == 0 {
+		t.Errorf("fsinfo: %+v %v", info, err)
+	}
+	if _, err := tgt.FSStat(ctx); err != nil {
+		t.Error(err)
+	}
+}
