@@ -1,11 +1,13 @@
 // Command testbed builds and boots the nfsrdma test bed: a Debian guest with
 // Soft-RoCE (rxe0) and the Linux NFS server, under qemu TCG emulation.
 //
+//	testbed demo                       mount knfsd's export over RDMA with nfsrdma-mount and use it
 //	testbed build                      build the guest image (or reuse the cached one)
 //	testbed run [flags] -- CMD [ARGS]  boot the guest, run CMD in /share, exit with its code
 //	testbed shell [flags]              boot the guest with an interactive shell
 //	testbed host-deps                  install the host packages (qemu, debootstrap, rdma-core headers)
 //	testbed bench-baseline [flags]     perftest and fio on the kernel NFS/RDMA client, as JSON and Markdown
+//	testbed bench [flags]              bench-baseline plus nfsrdma's own figures and their ratios
 package main
 
 import (
@@ -23,11 +25,13 @@ import (
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
+  testbed demo                       the main job: mount knfsd's export over RDMA with nfsrdma-mount in the bed and use it
   testbed build                      build the guest image, or reuse the cached one
   testbed run [flags] -- CMD [ARGS]  boot the guest, run CMD in /share, exit with its exit code
   testbed shell [flags]              boot the guest with an interactive shell
   testbed host-deps                  install the host packages the bed and the cgo build need
-  testbed bench-baseline [flags]     perftest and fio on the kernel NFS/RDMA client -> results/
+  testbed bench-baseline [flags]     perftest and fio on the kernel NFS/RDMA client -> results/baseline.*
+  testbed bench [flags]              bench-baseline plus nfsrdma (verbs, transport, NFS client) and ratios -> results/bench.*
 
 run and shell flags:
   -share DIR      host directory mounted at /share in the guest (default: current directory)
@@ -91,6 +95,10 @@ func run(ctx context.Context, sub string, args []string) (int, error) {
 		})
 	case "bench-baseline":
 		return benchBaseline(ctx, args)
+	case "demo":
+		return demo(ctx, args)
+	case "bench":
+		return benchFull(ctx, args)
 	case "-h", "--help", "help":
 		usage()
 		return 0, nil
