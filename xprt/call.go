@@ -28,6 +28,7 @@ type call struct {
 	conn      *conn
 	readBuf   *frwr.Buffer // Read chunk data (the bulk, or the whole message at position zero)
 	replyBuf  *frwr.Buffer // Write chunk or Reply chunk landing area
+	lent      bool         // replyBuf is the caller's borrowed buffer (zero-copy)
 	regs      []*frwr.Registration
 	reserved  int // gate room held: binds + SEND + possible LOCAL_INVs
 	binds     int // bind WRs in the posted chain
@@ -90,8 +91,10 @@ func (cl *call) releaseAttempt() {
 		cl.readBuf = nil
 	}
 	if cl.replyBuf != nil {
-		reg.PutBuffer(cl.replyBuf)
-		cl.replyBuf = nil
+		if !cl.lent {
+			reg.PutBuffer(cl.replyBuf)
+		}
+		cl.replyBuf, cl.lent = nil, false
 	}
 	cl.regs = cl.regs[:0]
 }
@@ -391,9 +394,20 @@ func (cl *call) register(ctx context.Context) error {
 		t.ctr.writeChunks.Add(1)
 	}
 	if len(segs) > 0 {
-		b, err := reg.GetBuffer(ctx)
-		if err != nil {
-			return err
+		var b *frwr.Buffer
+		if p.Reply == chunks.ReplyWriteChunk {
+			// Zero-copy: READ data straight into the caller's borrowed
+			// registered buffer.
+			if b = t.lentBuffer(req.ReplyBulk); b != nil {
+				cl.lent = true
+				t.ctr.zeroCopy.Add(1)
+			}
+		}
+		if b == nil {
+			var err error
+			if b, err = reg.GetBuffer(ctx); err != nil {
+				return err
+			}
 		}
 		cl.replyBuf = b
 		for _, s := range segs {

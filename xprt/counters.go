@@ -37,6 +37,7 @@ type Counters struct {
 	MaxOutstanding      uint64 // the most calls outstanding at once
 	WindowsReplaced     uint64 // windows destroyed after an error (state unknown)
 	Registrations       uint64 // per-I/O registrations (fallback mode)
+	ZeroCopyReads       uint64 // READ results placed straight into a borrowed buffer
 }
 
 // String formats the counters as one line.
@@ -44,15 +45,15 @@ func (c Counters) String() string {
 	return fmt.Sprintf("calls %d sends %d signaled %d recvs %d bad_xid %d malformed %d read_chunks %d pos0 %d write_chunks %d reply_chunks %d "+
 		"pullups %d (%d bytes) binds %d local_inv %d remote_inv %d congestion_waits %d credit_waits %d reply_before_send %d "+
 		"reconnects %d retransmits %d timeouts %d rdma_errors %d error_completions %d disconnects %d credits %d max_outstanding %d "+
-		"windows_replaced %d registrations %d",
+		"windows_replaced %d registrations %d zero_copy %d",
 		c.Calls, c.Sends, c.SignaledSends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
 		c.PullUps, c.PullUpBytes, c.Binds, c.LocalInvalidations, c.RemoteInvalidations, c.CongestionWaits, c.CreditWaits, c.ReplyBeforeSend,
 		c.Reconnects, c.Retransmits, c.Timeouts, c.RDMAErrors, c.ErrorCompletions, c.Disconnects, c.Credits, c.MaxOutstanding,
-		c.WindowsReplaced, c.Registrations)
+		c.WindowsReplaced, c.Registrations, c.ZeroCopyReads)
 }
 
 type counters struct {
-	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks atomic.Uint64
-	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend  atomic.Uint64
-	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut    atomic.Uint64
+	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks        atomic.Uint64
+	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend         atomic.Uint64
+	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
 }

@@ -209,7 +209,7 @@ func (t *Transport) finishReply(cl *call) {
 		}
 	}
 	cl.reserved = 0
-	keepReplyBuf := reply != nil && cl.replyBuf != nil && cl.plan.Reply == chunks.ReplyInReplyChunk
+	keepReplyBuf := reply != nil && cl.replyBuf != nil && !cl.lent && cl.plan.Reply == chunks.ReplyInReplyChunk
 	if !keepReplyBuf {
 		cl.releaseAttempt()
 	} else {
@@ -264,9 +264,15 @@ func (cl *call) rebuild() (*sunrpc.Reply, error) {
 	}
 	var bulk []byte
 	if r.Bulk != nil {
-		// The caller's buffer: one copy out of the registered I/O buffer.
-		n := copy(cl.req.ReplyBulk, r.Bulk)
-		bulk = cl.req.ReplyBulk[:n]
+		if cl.lent {
+			// Already in the caller's borrowed buffer.
+			bulk = cl.req.ReplyBulk[:len(r.Bulk)]
+		} else {
+			// The caller's buffer: one copy out of the registered I/O
+			// buffer.
+			n := copy(cl.req.ReplyBulk, r.Bulk)
+			bulk = cl.req.ReplyBulk[:n]
+		}
 	}
 	return sunrpc.NewReply(r.Message, bulk, nil), nil
 }

@@ -43,6 +43,7 @@ type Transport struct {
 	reg      *frwr.Registry
 	calls    map[uint32]*call
 	orphans  map[*call]struct{} // abandoned calls whose xid was reused
+	borrowed map[*byte]*frwr.Buffer
 	lastErr  error
 	bgN      int        // background teardowns/reconnects running (mu)
 	bgIdle   *sync.Cond // signalled when bgN drops to 0
@@ -68,7 +69,7 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	if cfg.SendQueue < 2*maxChain {
 		return nil, fmt.Errorf("xprt: send queue of %d WRs is below the minimum %d", cfg.SendQueue, 2*maxChain)
 	}
-	t := &Transport{cfg: cfg, log: cfg.Logger, calls: make(map[uint32]*call), orphans: make(map[*call]struct{}), connUp: make(chan struct{}), closeCh: make(chan struct{})}
+	t := &Transport{cfg: cfg, log: cfg.Logger, calls: make(map[uint32]*call), orphans: make(map[*call]struct{}), borrowed: make(map[*byte]*frwr.Buffer), connUp: make(chan struct{}), closeCh: make(chan struct{})}
 	t.gen = 1
 	t.bgIdle = sync.NewCond(&t.mu)
 	c, err := t.dial(ctx, t.gen)
@@ -126,7 +127,7 @@ func (t *Transport) Counters() Counters {
 		PullUpBytes: t.ctr.pullUpBytes.Load(), CongestionWaits: t.ctr.congestionWaits.Load(), CreditWaits: t.ctr.creditWaits.Load(),
 		ReplyBeforeSend: t.ctr.replyBeforeSend.Load(), Reconnects: t.ctr.reconnects.Load(), Retransmits: t.ctr.retransmits.Load(),
 		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
-		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(),
+		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(),
 	}
 	t.mu.Lock()
 	reg := t.reg

@@ -1,0 +1,66 @@
+package xprt
+
+import (
+	"context"
+
+	"github.com/nfsrdma/nfsrdma/frwr"
+)
+
+// Buffer is registered memory the transport lends to a caller. A READ (or
+// READLINK) whose reply buffer (sunrpc.Request.ReplyBulk) starts at the
+// start of Bytes lands its data there directly, with no copy: the Write
+// chunk's window is bound on this memory.
+type Buffer struct {
+	t *Transport
+	b *frwr.Buffer
+}
+
+// Bytes is the lent memory, Config.MaxIO bytes long.
+func (b *Buffer) Bytes() []byte { return b.b.Bytes()[:b.t.cfg.MaxIO] }
+
+// Release gives the memory back. A buffer still exposed by a call its
+// caller abandoned returns to the pool only once that call is settled.
+func (b *Buffer) Release() {
+	t := b.t
+	t.mu.Lock()
+	_, ok := t.borrowed[&b.b.Bytes()[0]]
+	delete(t.borrowed, &b.b.Bytes()[0])
+	reg := t.reg
+	t.mu.Unlock()
+	if ok && reg != nil {
+		reg.PutBuffer(b.b)
+	}
+}
+
+// Borrow lends one of the transport's registered I/O buffers, waiting for
+// one to be free.
+func (t *Transport) Borrow(ctx context.Context) (*Buffer, error) {
+	t.mu.Lock()
+	reg, closed := t.reg, t.closed
+	t.mu.Unlock()
+	if closed || reg == nil {
+		return nil, ErrClosed
+	}
+	fb, err := reg.GetBuffer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		reg.PutBuffer(fb)
+		return nil, ErrClosed
+	}
+	t.borrowed[&fb.Bytes()[0]] = fb
+	return &Buffer{t: t, b: fb}, nil
+}
+
+// lentBuffer returns the borrowed buffer p starts at, if any.
+func (t *Transport) lentBuffer(p []byte) *frwr.Buffer {
+	if len(p) == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.borrowed[&p[0]]
+}
