@@ -15,7 +15,8 @@ type Buffer struct {
 	b *frwr.Buffer
 }
 
-// Bytes is the lent memory, Config.MaxIO bytes long.
+// Bytes is the lent memory, Config.MaxIO bytes long. It is unmapped when
+// the Transport is closed: do not touch it after Close.
 func (b *Buffer) Bytes() []byte { return b.b.Bytes()[:b.t.cfg.MaxIO] }
 
 // Release gives the memory back. A buffer still exposed by a call its

@@ -822,23 +822,30 @@ func cpuTime() time.Duration {
 
 func testIdleWait(t *testing.T, env Env) {
 	p := NewPair(t, env, PairConfig{})
-	runtime.GC()
 	const idle = 300 * time.Millisecond
-	ctx, cancel := context.WithTimeout(t.Context(), idle)
-	defer cancel()
-	cpu0, start := cpuTime(), time.Now()
-	err := p.Client.RecvCQ.Wait(ctx)
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("idle Wait returned %v, want the context's deadline error", err)
+	// The process's CPU time also counts whatever else the process (or a
+	// driver working in its context) does meanwhile; a spinning wait would
+	// burn CPU in every try, so the least of three tries is the measure.
+	best := time.Hour
+	for try := 0; try < 3; try++ {
+		runtime.GC()
+		ctx, cancel := context.WithTimeout(t.Context(), idle)
+		cpu0, start := cpuTime(), time.Now()
+		err := p.Client.RecvCQ.Wait(ctx)
+		elapsed, cpu := time.Since(start), cpuTime()-cpu0
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("idle Wait returned %v, want the context's deadline error", err)
+		}
+		if elapsed < idle-10*time.Millisecond {
+			t.Errorf("idle Wait returned after %v, before its %v deadline", elapsed, idle)
+		}
+		t.Logf("idle Wait for %v used %v of CPU", elapsed, cpu)
+		best = min(best, cpu)
 	}
-	if elapsed < idle-10*time.Millisecond {
-		t.Errorf("idle Wait returned after %v, before its %v deadline", elapsed, idle)
+	if best > 50*time.Millisecond {
+		t.Errorf("idle Wait used at least %v of CPU per %v, want < 50ms", best, idle)
 	}
-	if cpu > 50*time.Millisecond {
-		t.Errorf("idle Wait for %v used %v of CPU, want < 50ms", elapsed, cpu)
-	}
-	t.Logf("idle Wait for %v used %v of CPU", elapsed, cpu)
 }
 
 func testDisconnect(t *testing.T, env Env) {
