@@ -7,7 +7,7 @@ BUILD   := _build
 TESTBED := $(BUILD)/testbed
 GUEST_TIMEOUT ?= 50m
 
-.PHONY: all deps check test integration bench-baseline shell clean FORCE
+.PHONY: all deps check test integration bench bench-baseline demo shell clean FORCE
 
 all: check
 
@@ -25,14 +25,25 @@ $(TESTBED): FORCE
 $(BUILD)/integration.test: FORCE
 	$(GO) test -c -tags integration -o $@ ./integration
 
-integration: deps $(TESTBED) $(BUILD)/integration.test
+$(BUILD)/nfsrdma-mount: FORCE
+	$(GO) build -o $@ ./cmd/nfsrdma-mount
+
+# The integration suite: one guest boot, host-built binaries over 9p.
+integration: deps $(TESTBED) $(BUILD)/integration.test $(BUILD)/nfsrdma-mount
 	$(TESTBED) build
-	$(TESTBED) run -timeout $(GUEST_TIMEOUT) -- ./$(BUILD)/integration.test -test.v -test.count=1 -test.timeout $(GUEST_TIMEOUT)
+	$(TESTBED) run -timeout $(GUEST_TIMEOUT) -env NFSRDMA_MOUNT=/share/$(BUILD)/nfsrdma-mount -- \
+		./$(BUILD)/integration.test -test.v -test.count=1 -test.timeout $(GUEST_TIMEOUT)
 
 test: check integration
 
+bench: deps $(TESTBED)
+	$(TESTBED) bench
+
 bench-baseline: deps $(TESTBED)
 	$(TESTBED) bench-baseline
+
+demo: deps $(TESTBED)
+	$(TESTBED) demo
 
 shell: deps $(TESTBED)
 	$(TESTBED) shell

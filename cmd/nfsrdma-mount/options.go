@@ -1,0 +1,303 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/fusefs"
+)
+
+// Ports of the NFS service (RFC 8267 §6 names 20049 for NFS over RDMA).
+const (
+	portRDMA = 20049
+	portTCP  = 2049
+)
+
+// mountOptions is the -o string, with the nfs(5) meaning of each option.
+type mountOptions struct {
+	Proto     string // "rdma" or "tcp"
+	Port      int    // the NFS service's port; 0 asks rpcbind (tcp only)
+	MountPort int    // the MOUNT service's port; 0 asks rpcbind
+	Rsize     uint32 // 0: the server's preference
+	Wsize     uint32
+	Timeo     time.Duration // before the first retransmission
+	Retrans   int
+	Hard      bool
+	Retry     time.Duration // how long to keep trying to mount (retry=, minutes)
+	FS        fusefs.Options
+	UID, GID  *uint32 // the AUTH_SYS identity; nil: the caller's
+	// MountFlags are the VFS flags of the FUSE mount (nosuid, nodev by
+	// default as for every FUSE mount; suid, dev, noexec... change them).
+	MountFlags uintptr
+	Ignored    []string // options accepted and ignored (mount(8)'s own)
+	canonical  []string // the options in effect, for display
+}
+
+// Limits of rsize and wsize: the RPC-over-RDMA transport's largest I/O
+// buffer, and a page.
+const (
+	maxIOSize = 1 << 20
+	minIOSize = 4096
+)
+
+// OptionError reports an -o option that is unknown, malformed or not
+// supported.
+type OptionError struct {
+	Option string
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("mount option %q: %s", e.Option, e.Reason)
+}
+
+// ignoredOptions are what mount(8) and fstab pass that do not concern the
+// NFS client.
+var ignoredOptions = map[string]bool{
+	"defaults": true, "_netdev": true, "nofail": true, "auto": true, "noauto": true,
+	"user": true, "nouser": true, "users": true, "owner": true, "group": true, "loud": true, "silent": true,
+	"atime": true, "noatime": true, "relatime": true, "norelatime": true, "strictatime": true,
+	"nostrictatime": true, "lazytime": true, "nolazytime": true, "diratime": true, "nodiratime": true,
+	"fg": true, "intr": true, "nointr": true, "nolock": true, "async": true, "sec=sys": true,
+}
+
+// parseOptions parses a comma-separated -o string. With sloppy (mount -s),
+// unknown options are ignored instead of refused.
+func parseOptions(s string, sloppy bool) (*mountOptions, error) {
+	o := &mountOptions{
+		Proto:      "rdma",
+		Port:       -1,
+		Hard:       true,
+		Timeo:      60 * time.Second,
+		Retrans:    2,
+		Retry:      2 * time.Minute,
+		FS:         fusefs.DefaultOptions(),
+		MountFlags: syscall.MS_NOSUID | syscall.MS_NODEV,
+	}
+	var noac bool
+	var actimeo *time.Duration
+	for _, opt := range strings.Split(s, ",") {
+		opt = strings.TrimSpace(opt)
+		if opt == "" {
+			continue
+		}
+		name, val, hasVal := strings.Cut(opt, "=")
+		bad := func(reason string) error { return &OptionError{Option: opt, Reason: reason} }
+		num := func(lo, hi int64) (int64, error) {
+			if !hasVal || val == "" {
+				return 0, bad("needs a value")
+			}
+			n, err := strconv.ParseInt(val, 10, 64)
+			if err != nil || n < lo || n > hi {
+				return 0, bad(fmt.Sprintf("want a number in [%d, %d]", lo, hi))
+			}
+			return n, nil
+		}
+		seconds := func() (time.Duration, error) {
+			n, err := num(0, 24*3600)
+			return time.Duration(n) * time.Second, err
+		}
+		flag := func() error {
+			if hasVal {
+				return bad("takes no value")
+			}
+			return nil
+		}
+		var err error
+		switch {
+		case ignoredOptions[opt]:
+			o.Ignored = append(o.Ignored, opt)
+			continue
+		case strings.HasPrefix(name, "x-") || name == "comment":
+			o.Ignored = append(o.Ignored, opt)
+			continue
+		}
+		switch name {
+		case "vers", "nfsvers":
+			if val != "3" {
+				return nil, bad("only NFS version 3 is supported")
+			}
+		case "proto":
+			switch val {
+			case "rdma", "tcp":
+				o.Proto = val
+			case "udp", "udp6", "tcp6", "rdma6":
+				return nil, bad("supported protocols are rdma and tcp")
+			default:
+				return nil, bad("want rdma or tcp")
+			}
+		case "rdma":
+			err = flag()
+			o.Proto = "rdma"
+		case "tcp":
+			err = flag()
+			o.Proto = "tcp"
+		case "port":
+			var n int64
+			n, err = num(0, 65535)
+			o.Port = int(n)
+		case "mountport":
+			var n int64
+			n, err = num(0, 65535)
+			o.MountPort = int(n)
+		case "mountproto":
+			if val != "tcp" {
+				return nil, bad("MOUNT goes over tcp only")
+			}
+		case "mountvers":
+			if val != "3" {
+				return nil, bad("only MOUNT version 3 is supported")
+			}
+		case "rsize", "wsize":
+			var n int64
+			n, err = num(1, math.MaxUint32)
+			size := uint32(min(max(n, minIOSize), maxIOSize))
+			size -= size % minIOSize
+			if name == "rsize" {
+				o.Rsize = size
+			} else {
+				o.Wsize = size
+			}
+		case "timeo":
+			var n int64
+			n, err = num(1, 6000) // deciseconds, at most 600 s
+			o.Timeo = time.Duration(n) * 100 * time.Millisecond
+		case "retrans":
+			var n int64
+			n, err = num(0, 100)
+			o.Retrans = int(n)
+		case "retry":
+			var n int64
+			n, err = num(0, 10000) // minutes
+			o.Retry = time.Duration(n) * time.Minute
+		case "hard":
+			err = flag()
+			o.Hard = true
+		case "soft":
+			err = flag()
+			o.Hard = false
+		case "ac":
+			err = flag()
+			noac = false
+		case "noac":
+			err = flag()
+			noac = true
+		case "actimeo":
+			var d time.Duration
+			d, err = seconds()
+			actimeo = &d
+		case "acregmin":
+			o.FS.AcRegMin, err = seconds()
+		case "acregmax":
+			o.FS.AcRegMax, err = seconds()
+		case "acdirmin":
+			o.FS.AcDirMin, err = seconds()
+		case "acdirmax":
+			o.FS.AcDirMax, err = seconds()
+		case "ro":
+			err = flag()
+			o.FS.ReadOnly = true
+		case "rw":
+			err = flag()
+			o.FS.ReadOnly = false
+		case "sync":
+			err = flag()
+			o.FS.Sync = true
+		case "uid", "gid":
+			var n int64
+			n, err = num(0, math.MaxUint32-1)
+			id := uint32(n)
+			if name == "uid" {
+				o.UID = &id
+			} else {
+				o.GID = &id
+			}
+		case "sec":
+			return nil, bad("only sec=sys (AUTH_SYS) is supported")
+		case "lock":
+			return nil, bad("no NLM locking: locks stay local to the mount, say nolock")
+		case "suid", "nosuid", "dev", "nodev", "exec", "noexec":
+			err = flag()
+			bit := map[string]uintptr{"suid": syscall.MS_NOSUID, "dev": syscall.MS_NODEV, "exec": syscall.MS_NOEXEC}[strings.TrimPrefix(name, "no")]
+			if strings.HasPrefix(name, "no") {
+				o.MountFlags |= bit
+			} else {
+				o.MountFlags &^= bit
+			}
+		default:
+			if sloppy {
+				o.Ignored = append(o.Ignored, opt)
+				continue
+			}
+			return nil, bad("unknown option")
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if actimeo != nil {
+		o.FS.AcRegMin, o.FS.AcRegMax, o.FS.AcDirMin, o.FS.AcDirMax = *actimeo, *actimeo, *actimeo, *actimeo
+	}
+	if noac {
+		o.FS.NoAC()
+	}
+	if o.FS.AcRegMin > o.FS.AcRegMax || o.FS.AcDirMin > o.FS.AcDirMax {
+		return nil, &OptionError{Option: "acregmin/acdirmin", Reason: "a minimum above its maximum"}
+	}
+	if o.Port < 0 {
+		o.Port = portTCP
+		if o.Proto == "rdma" {
+			o.Port = portRDMA
+		}
+	}
+	if o.Port == 0 && o.Proto == "rdma" {
+		o.Port = portRDMA // rpcbind does not advertise RPC-over-RDMA
+	}
+	o.canonical = o.describe()
+	return o, nil
+}
+
+// describe lists the options in effect, as /proc/self/mountstats would.
+func (o *mountOptions) describe() []string {
+	s := []string{"vers=3", "proto=" + o.Proto, fmt.Sprintf("port=%d", o.Port)}
+	if o.MountPort != 0 {
+		s = append(s, fmt.Sprintf("mountport=%d", o.MountPort))
+	}
+	if o.Rsize != 0 {
+		s = append(s, fmt.Sprintf("rsize=%d", o.Rsize))
+	}
+	if o.Wsize != 0 {
+		s = append(s, fmt.Sprintf("wsize=%d", o.Wsize))
+	}
+	s = append(s, fmt.Sprintf("timeo=%d", o.Timeo/(100*time.Millisecond)), fmt.Sprintf("retrans=%d", o.Retrans))
+	if o.Hard {
+		s = append(s, "hard")
+	} else {
+		s = append(s, "soft")
+	}
+	secs := func(d time.Duration) int { return int(d / time.Second) }
+	s = append(s, fmt.Sprintf("acregmin=%d,acregmax=%d,acdirmin=%d,acdirmax=%d",
+		secs(o.FS.AcRegMin), secs(o.FS.AcRegMax), secs(o.FS.AcDirMin), secs(o.FS.AcDirMax)))
+	if o.FS.Sync {
+		s = append(s, "sync")
+	}
+	if o.FS.ReadOnly {
+		s = append(s, "ro")
+	} else {
+		s = append(s, "rw")
+	}
+	if o.UID != nil {
+		s = append(s, fmt.Sprintf("uid=%d", *o.UID))
+	}
+	if o.GID != nil {
+		s = append(s, fmt.Sprintf("gid=%d", *o.GID))
+	}
+	return s
+}
+
+// String returns the options in effect.
+func (o *mountOptions) String() string { return strings.Join(o.canonical, ",") }

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/fusefs"
+)
+
+func TestParseOptions(t *testing.T) {
+	def := fusefs.DefaultOptions()
+	for _, tc := range []struct {
+		opts   string
+		sloppy bool
+		check  func(*mountOptions) bool
+		err    string // a substring of the error; "" for success
+	}{
+		{opts: "", check: func(o *mountOptions) bool {
+			return o.Proto == "rdma" && o.Port == 20049 && o.MountPort == 0 && o.Hard && o.Timeo == 60*time.Second &&
+				o.Retrans == 2 && o.FS == def && o.UID == nil && o.MountFlags == syscall.MS_NOSUID|syscall.MS_NODEV
+		}},
+		{opts: "vers=3,proto=rdma,port=20049", check: func(o *mountOptions) bool { return o.Proto == "rdma" && o.Port == 20049 }},
+		{opts: "nfsvers=3,proto=tcp", check: func(o *mountOptions) bool { return o.Proto == "tcp" && o.Port == 2049 }},
+		{opts: "tcp,port=0", check: func(o *mountOptions) bool { return o.Proto == "tcp" && o.Port == 0 }},
+		{opts: "rdma,port=0", check: func(o *mountOptions) bool { return o.Port == 20049 }},
+		{opts: "proto=tcp,port=12049,mountport=635,mountproto=tcp", check: func(o *mountOptions) bool { return o.Port == 12049 && o.MountPort == 635 }},
+		{opts: "rsize=65536,wsize=1048576", check: func(o *mountOptions) bool { return o.Rsize == 65536 && o.Wsize == 1<<20 }},
+		{opts: "rsize=100000,wsize=8000000", check: func(o *mountOptions) bool { return o.Rsize == 98304 && o.Wsize == 1<<20 }},
+		{opts: "rsize=1", check: func(o *mountOptions) bool { return o.Rsize == 4096 }},
+		{opts: "timeo=15,retrans=5,soft", check: func(o *mountOptions) bool {
+			return o.Timeo == 1500*time.Millisecond && o.Retrans == 5 && !o.Hard
+		}},
+		{opts: "soft,hard", check: func(o *mountOptions) bool { return o.Hard }},
+		{opts: "retry=0", check: func(o *mountOptions) bool { return o.Retry == 0 }},
+		{opts: "noac", check: func(o *mountOptions) bool {
+			return o.FS.AcRegMin == 0 && o.FS.AcRegMax == 0 && o.FS.AcDirMin == 0 && o.FS.AcDirMax == 0 && o.FS.Sync
+		}},
+		{opts: "noac,ac", check: func(o *mountOptions) bool { return o.FS == def }},
+		{opts: "actimeo=7", check: func(o *mountOptions) bool {
+			return o.FS.AcRegMin == 7*time.Second && o.FS.AcRegMax == 7*time.Second && o.FS.AcDirMin == 7*time.Second && o.FS.AcDirMax == 7*time.Second
+		}},
+		{opts: "acregmin=1,acregmax=2,acdirmin=3,acdirmax=4", check: func(o *mountOptions) bool {
+			return o.FS.AcRegMin == time.Second && o.FS.AcRegMax == 2*time.Second && o.FS.AcDirMin == 3*time.Second && o.FS.AcDirMax == 4*time.Second
+		}},
+		{opts: "ro", check: func(o *mountOptions) bool { return o.FS.ReadOnly }},
+		{opts: "ro,rw", check: func(o *mountOptions) bool { return !o.FS.ReadOnly }},
+		{opts: "sync", check: func(o *mountOptions) bool { return o.FS.Sync }},
+		{opts: "uid=1000,gid=100", check: func(o *mountOptions) bool { return *o.UID == 1000 && *o.GID == 100 }},
+		{opts: "suid,dev,noexec", check: func(o *mountOptions) bool { return o.MountFlags == syscall.MS_NOEXEC }},
+		// What mount(8) and fstab pass along is ignored.
+		{opts: "rw,_netdev,nofail,auto,noauto,user,users,defaults,x-systemd.automount,x-systemd.mount-timeout=30,x-foo,comment=x,noatime,relatime,nolock,sec=sys", check: func(o *mountOptions) bool {
+			return len(o.Ignored) == 15 && o.FS == def
+		}},
+		{opts: " proto=tcp , ro ", check: func(o *mountOptions) bool { return o.Proto == "tcp" && o.FS.ReadOnly }},
+		{opts: "bogus,ro", sloppy: true, check: func(o *mountOptions) bool { return o.FS.ReadOnly && o.Ignored[0] == "bogus" }},
+
+		{opts: "bogus", err: `"bogus": unknown option`},
+		{opts: "vers=4", err: `"vers=4": only NFS version 3`},
+		{opts: "nfsvers=4.1", err: `"nfsvers=4.1": only NFS version 3`},
+		{opts: "vers", err: "only NFS version 3"},
+		{opts: "proto=udp", err: "supported protocols are rdma and tcp"},
+		{opts: "proto=sctp", err: "want rdma or tcp"},
+		{opts: "mountproto=udp", err: "MOUNT goes over tcp only"},
+		{opts: "port=70000", err: `"port=70000": want a number in [0, 65535]`},
+		{opts: "port=x", err: "want a number"},
+		{opts: "port", err: "needs a value"},
+		{opts: "rsize=-1", err: "want a number"},
+		{opts: "timeo=0", err: "want a number"},
+		{opts: "acregmin=10,acregmax=5", err: "minimum above its maximum"},
+		{opts: "ro=1", err: "takes no value"},
+		{opts: "uid=4294967295", err: "want a number"},
+		{opts: "sec=krb5", err: "only sec=sys"},
+		{opts: "lock", err: "no NLM locking"},
+	} {
+		o, err := parseOptions(tc.opts, tc.sloppy)
+		if tc.err != "" {
+			var oe *OptionError
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.As(err, &oe) {
+				t.Errorf("parseOptions(%q): %v, want an OptionError with %q", tc.opts, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseOptions(%q): %v", tc.opts, err)
+			continue
+		}
+		if !tc.check(o) {
+			t.Errorf("parseOptions(%q) = %+v", tc.opts, o)
+		}
+	}
+}
+
+func TestDescribeOptions(t *testing.T) {
+	o, err := parseOptions("proto=tcp,rsize=65536,soft,ro,noac,uid=5", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "vers=3,proto=tcp,port=2049,rsize=65536,timeo=600,retrans=2,soft,acregmin=0,acregmax=0,acdirmin=0,acdirmax=0,sync,ro,uid=5"
+	if o.String() != want {
+		t.Errorf("got  %s\nwant %s", o, want)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		argv0 string
+		args  []string
+		want  invocation
+		err   string
+	}{
+		{"nfsrdma-mount", []string{"srv:/export", "/mnt"},
+			invocation{cmd: cmdMount, spec: "srv:/export", dir: "/mnt"}, ""},
+		{"/usr/bin/nfsrdma-mount", []string{"-f", "-v", "-o", "proto=tcp", "10.0.0.1:/", "m"},
+			invocation{cmd: cmdMount, foreground: true, verbose: true, opts: "proto=tcp", spec: "10.0.0.1:/", dir: "m"}, ""},
+		{"nfsrdma-mount", []string{"-fv", "-oro", "srv:/e", "/mnt", "-o", "soft"},
+			invocation{cmd: cmdMount, foreground: true, verbose: true, opts: "ro,soft", spec: "srv:/e", dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"-u", "/mnt"}, invocation{cmd: cmdUnmount, dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"stats", "/mnt"}, invocation{cmd: cmdStats, dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"-f", "--ready-fd=3", "--", "[fe80::1]:/x", "/mnt"},
+			invocation{cmd: cmdMount, foreground: true, readyFD: 3, spec: "[fe80::1]:/x", dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"--help"}, invocation{cmd: cmdHelp}, ""},
+		// mount(8)'s helper syntax: options after the operands, -f is fake.
+		{"/sbin/mount.nfsrdma", []string{"srv:/export", "/mnt", "-sfnv", "-o", "rw,_netdev"},
+			invocation{cmd: cmdMount, helper: true, sloppy: true, fake: true, verbose: true, opts: "rw,_netdev", spec: "srv:/export", dir: "/mnt"}, ""},
+		{"mount.nfsrdma", []string{"srv:/export", "/mnt", "-o", "ro", "-t", "nfsrdma"},
+			invocation{cmd: cmdMount, helper: true, opts: "ro", spec: "srv:/export", dir: "/mnt"}, ""},
+
+		{"nfsrdma-mount", []string{"srv:/export"}, invocation{}, "need server:/export and a mount point"},
+		{"nfsrdma-mount", []string{"srv", "/mnt"}, invocation{}, `"srv": want server:/export`},
+		{"nfsrdma-mount", []string{"srv:export", "/mnt"}, invocation{}, "want server:/export"},
+		{"nfsrdma-mount", []string{":/export", "/mnt"}, invocation{}, "want server:/export"},
+		{"nfsrdma-mount", []string{"-x", "s:/e", "/m"}, invocation{}, "unknown flag -x"},
+		{"nfsrdma-mount", []string{"s:/e", "/m", "-o"}, invocation{}, "-o needs a value"},
+		{"nfsrdma-mount", []string{"-u"}, invocation{}, "unmount needs one mount point"},
+		{"nfsrdma-mount", []string{"stats"}, invocation{}, "stats needs one mount point"},
+		{"mount.nfsrdma", []string{"s:/e", "/m", "-t", "nfs"}, invocation{}, "this helper mounts type nfsrdma"},
+		{"mount.nfsrdma", []string{"s:/e", "/m", "-N", "/proc/1/ns/mnt"}, invocation{}, "not supported"},
+		{"mount.nfsrdma", []string{"-u", "/m"}, invocation{}, "unknown flag -u"},
+	} {
+		got, err := parseArgs(tc.argv0, tc.args)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseArgs(%q, %q): %v, want %q", tc.argv0, tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseArgs(%q, %q): %v", tc.argv0, tc.args, err)
+			continue
+		}
+		if *got != tc.want {
+			t.Errorf("parseArgs(%q, %q) = %+v, want %+v", tc.argv0, tc.args, *got, tc.want)
+		}
+	}
+}
+
+func TestSplitSpec(t *testing.T) {
+	for _, tc := range []struct{ spec, host, export string }{
+		{"10.99.0.1:/export", "10.99.0.1", "/export"},
+		{"server.example:/a/b", "server.example", "/a/b"},
+		{"[fd00::1]:/x", "fd00::1", "/x"},
+		{"srv:/", "srv", "/"},
+	} {
+		h, e, err := splitSpec(tc.spec)
+		if err != nil || h != tc.host || e != tc.export {
+			t.Errorf("splitSpec(%q) = %q %q %v", tc.spec, h, e, err)
+		}
+	}
+}
+
+func TestSocketPath(t *testing.T) {
+	a, _ := socketPath("/mnt/x")
+	b, _ := socketPath("/mnt/./x/")
+	c, _ := socketPath("/mnt/y")
+	if a != b || a == c || !strings.HasSuffix(a, ".sock") {
+		t.Errorf("socket paths %q %q %q", a, b, c)
+	}
+}

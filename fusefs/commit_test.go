@@ -1,0 +1,158 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
+
+// unstableServer makes a go-nfs server (which writes FILE_SYNC whatever it
+// is asked) look like one that keeps UNSTABLE writes in memory: it rewrites
+// the replies of UNSTABLE WRITEs to "UNSTABLE, verifier writeVerf" and of
+// COMMITs to "verifier commitVerf". A commitVerf different from writeVerf
+// is a server that restarted and lost the writes.
+type unstableServer struct {
+	sunrpc.Transport
+	mu                    sync.Mutex
+	writeVerf, commitVerf nfs3.WriteVerf
+	unstable, fileSync    atomic.Int64 // WRITEs asked for, by stability
+	commits               atomic.Int64
+}
+
+func (u *unstableServer) setVerfs(w, c byte) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.writeVerf, u.commitVerf = nfs3.WriteVerf{w}, nfs3.WriteVerf{c}
+}
+
+func (u *unstableServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
+	_, proc, _ := callProc(req.Head)
+	rep, err := u.Transport.RoundTrip(ctx, req)
+	if err != nil {
+		return rep, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	switch proc {
+	case nfs3.ProcWrite:
+		// The head ends with stable_how and the data's length word.
+		stable := nfs3.StableHow(binary.BigEndian.Uint32(req.Head[len(req.Head)-8:]))
+		if stable != nfs3.Unstable {
+			u.fileSync.Add(1)
+			return rep, nil
+		}
+		u.unstable.Add(1)
+		if off := resultsAfterWcc(rep); off > 0 {
+			// count, committed, verf
+			binary.BigEndian.PutUint32(rep.Inline[off+4:], uint32(nfs3.Unstable))
+			copy(rep.Inline[off+8:], u.writeVerf[:])
+		}
+	case nfs3.ProcCommit:
+		u.commits.Add(1)
+		if off := resultsAfterWcc(rep); off > 0 {
+			copy(rep.Inline[off:], u.commitVerf[:])
+		}
+	}
+	return rep, nil
+}
+
+// resultsAfterWcc returns the offset in a successful WRITE or COMMIT reply of
+// what follows its wcc_data, 0 if it failed.
+func resultsAfterWcc(rep *sunrpc.Reply) int {
+	d := sunrpc.NewBulkDecoder(rep.Inline, rep.Bulk)
+	if _, err := sunrpc.DecodeReply(d); err != nil {
+		return 0
+	}
+	if d.Uint32() != uint32(nfs3.StatusOK) {
+		return 0
+	}
+	if d.Bool() {
+		d.FixedOpaque(24) // pre_op_attr
+	}
+	if d.Bool() {
+		d.FixedOpaque(84) // post_op_attr
+	}
+	if d.Err() != nil {
+		return 0
+	}
+	return d.Offset()
+}
+
+// TestCommitAndResend: UNSTABLE writes are COMMITted at close; when the
+// COMMIT's verifier shows the server lost them, they are sent again
+// FILE_SYNC, and the file is right.
+func TestCommitAndResend(t *testing.T) {
+	requireFUSE(t)
+	srv := startGoNFS(t, backendDisk)
+	ctx := testCtx(t)
+	tcp, err := sunrpc.DialTCP(ctx, net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := &unstableServer{Transport: tcp}
+	us.setVerfs(1, 1)
+	tgt, err := nfs3.Mount(ctx, srv.Host, "/", &nfs3.MountOptions{MountPort: srv.Port, Transport: us})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tgt.Close()
+	o := DefaultOptions()
+	o.Wsize = 16 << 10
+	fsys, err := New(ctx, tgt.Client(), tgt.Root(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	dir := t.TempDir()
+	server, err := Mount(dir, fsys, MountConfig{DirectMountStrict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if server.Unmount() != nil {
+			syscall.Unmount(dir, syscall.MNT_DETACH)
+			return
+		}
+		server.Wait()
+	}()
+
+	data := bytes.Repeat([]byte("unstable data. "), 10000) // 150 kB: ten 16 KiB WRITEs
+	check(t, os.WriteFile(filepath.Join(dir, "kept"), data, 0o644))
+	if us.unstable.Load() < 10 || us.commits.Load() == 0 || us.fileSync.Load() != 0 {
+		t.Fatalf("verifier kept: %d UNSTABLE WRITEs, %d COMMITs, %d FILE_SYNC WRITEs", us.unstable.Load(), us.commits.Load(), us.fileSync.Load())
+	}
+
+	us.setVerfs(1, 2) // the server "restarted": the COMMIT's verifier differs
+	check(t, os.WriteFile(filepath.Join(dir, "resent"), data, 0o644))
+	if us.fileSync.Load() < 10 {
+		t.Fatalf("verifier changed: %d FILE_SYNC WRITEs resent", us.fileSync.Load())
+	}
+	got, err := os.ReadFile(filepath.Join(srv.Dir, "resent"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("server copy: %d bytes, %v", len(got), err)
+	}
+
+	// fsync commits too.
+	us.setVerfs(3, 3)
+	before := us.commits.Load()
+	f, err := os.OpenFile(filepath.Join(dir, "synced"), os.O_CREATE|os.O_WRONLY, 0o644)
+	check(t, err)
+	_, err = f.Write(data[:5000])
+	check(t, err)
+	check(t, f.Sync())
+	if us.commits.Load() == before {
+		t.Error("fsync sent no COMMIT")
+	}
+	check(t, f.Close())
+}

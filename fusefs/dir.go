@@ -1,0 +1,441 @@
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+)
+
+// created returns the node of an object just made in n under name: the
+// reply's handle and attributes, or LOOKUP/GETATTR for what it omitted.
+func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (*node, error) {
+	fh, a := r.FH, r.Attr
+	if fh == nil {
+		var lr nfs3.LookupResult
+		err := n.do(func(dir nfs3.FileHandle) (err error) {
+			lr, err = n.fsys.c.Lookup(n.fsys.ctx, dir, name)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		fh, a = lr.FH, lr.Attr
+	}
+	a, err := n.lookupAttr(fh, a)
+	if err != nil {
+		return nil, err
+	}
+	return n.child(ctx, name, fh, a), nil
+}
+
+// Create implements fs.NodeCreater with CREATE (RFC 1813 §3.3.8): GUARDED for
+// O_EXCL, else UNCHECKED (which opens a file another client made meanwhile,
+// truncating it for O_TRUNC).
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, nil, 0, syscall.EROFS
+	}
+	how := nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.SetAttr{Mode: new(mode & 0o7777)}}
+	if flags&syscall.O_EXCL != 0 {
+		how.Mode = nfs3.Guarded
+	} else if flags&syscall.O_TRUNC != 0 {
+		how.Attr.Size = new(uint64(0))
+	}
+	var r nfs3.CreateResult
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Create(n.fsys.ctx, dir, name, how)
+		return err
+	})
+	n.setWcc(&r.DirWcc)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	c, err := n.created(ctx, name, &r)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	n.entryOut(c, out)
+	return c.EmbeddedInode(), c.newOpenFile(flags), 0, 0
+}
+
+// Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	var r nfs3.CreateResult
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mkdir(n.fsys.ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
+		return err
+	})
+	return n.finishCreate(ctx, name, &r, err, out)
+}
+
+func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResult, err error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.setWcc(&r.DirWcc)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	c, err := n.created(ctx, name, r)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	n.entryOut(c, out)
+	return c.EmbeddedInode(), 0
+}
+
+// Mknod implements fs.NodeMknoder with MKNOD (RFC 1813 §3.3.11) for devices,
+// FIFOs and sockets, and CREATE (GUARDED) for regular files.
+func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	attr := nfs3.SetAttr{Mode: new(mode & 0o7777)}
+	var what nfs3.MknodData
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG, 0:
+		var r nfs3.CreateResult
+		err := n.do(func(dir nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Create(n.fsys.ctx, dir, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
+			return err
+		})
+		return n.finishCreate(ctx, name, &r, err, out)
+	case syscall.S_IFCHR:
+		what = nfs3.MknodData{Type: nfs3.TypeChr, Attr: attr, Spec: nfs3.SpecData{Major: unix.Major(uint64(dev)), Minor: unix.Minor(uint64(dev))}}
+	case syscall.S_IFBLK:
+		what = nfs3.MknodData{Type: nfs3.TypeBlk, Attr: attr, Spec: nfs3.SpecData{Major: unix.Major(uint64(dev)), Minor: unix.Minor(uint64(dev))}}
+	case syscall.S_IFIFO:
+		what = nfs3.MknodData{Type: nfs3.TypeFIFO, Attr: attr}
+	case syscall.S_IFSOCK:
+		what = nfs3.MknodData{Type: nfs3.TypeSock, Attr: attr}
+	default:
+		return nil, syscall.EINVAL
+	}
+	var r nfs3.CreateResult
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mknod(n.fsys.ctx, dir, name, what)
+		return err
+	})
+	return n.finishCreate(ctx, name, &r, err, out)
+}
+
+// Symlink implements fs.NodeSymlinker with SYMLINK (RFC 1813 §3.3.10).
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	var r nfs3.CreateResult
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Symlink(n.fsys.ctx, dir, name, nfs3.SetAttr{Mode: new(uint32(0o777))}, target)
+		return err
+	})
+	return n.finishCreate(ctx, name, &r, err, out)
+}
+
+// Link implements fs.NodeLinker with LINK (RFC 1813 §3.3.15).
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.fsys.opts.ReadOnly {
+		return nil, syscall.EROFS
+	}
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	var r nfs3.LinkResult
+	err := n.do(func(dir nfs3.FileHandle) error {
+		return t.do(func(file nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Link(n.fsys.ctx, file, dir, name)
+			return err
+		})
+	})
+	n.setWcc(&r.DirWcc)
+	if r.Attr != nil {
+		t.setAttr(r.Attr)
+	} else {
+		t.invalidateAttr()
+	}
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	if _, _, err := t.getattr(false); err != nil {
+		return nil, toErrno(err)
+	}
+	n.entryOut(t, out)
+	return t.EmbeddedInode(), 0
+}
+
+// openChild returns the node of n's child name if the kernel knows it and
+// it is open: unlinking it must keep it reachable.
+func (n *node) openChild(name string) *node {
+	in := n.GetChild(name)
+	if in == nil {
+		return nil
+	}
+	c, ok := in.Operations().(*node)
+	if !ok {
+		return nil
+	}
+	if !c.waitClosed(releaseWait) {
+		return c
+	}
+	return nil
+}
+
+// releaseWait is how long an unlink waits for a file just closed to be
+// released: close(2) returns before the kernel's RELEASE reaches the file
+// system, so a file closed right before its unlink still looks open.
+const releaseWait = 100 * time.Millisecond
+
+// waitClosed waits up to d for n to have no open handle; it reports false if
+// n stays open (or is already silly renamed).
+func (n *node) waitClosed(d time.Duration) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.opens == 0 {
+		return true
+	}
+	if n.silly != nil {
+		return false
+	}
+	if n.closed == nil {
+		n.closed = sync.NewCond(&n.mu)
+	}
+	timer := time.AfterFunc(d, func() {
+		n.mu.Lock()
+		n.closed.Broadcast()
+		n.mu.Unlock()
+	})
+	defer timer.Stop()
+	deadline := time.Now().Add(d)
+	for n.opens > 0 && time.Now().Before(deadline) {
+		n.closed.Wait()
+	}
+	return n.opens == 0
+}
+
+// sillyRename renames n's open child c (now at name) to a hidden .nfs name
+// in n (the NFS client's silly rename), to be removed at c's last close.
+func (n *node) sillyRename(c *node, name string) error {
+	a, _ := c.cached()
+	silly := fmt.Sprintf(".nfs%016x%08x", a.FileID, n.fsys.sillyCount.Add(1))
+	var r nfs3.RenameResult
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Rename(n.fsys.ctx, dir, name, dir, silly)
+		return err
+	})
+	n.setWcc(&r.ToDirWcc)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.silly = &sillyName{dir: n, name: silly}
+	c.attrs.invalidate()
+	c.mu.Unlock()
+	n.fsys.log.Debug("silly rename", "name", name, "to", silly)
+	return nil
+}
+
+// Unlink implements fs.NodeUnlinker with REMOVE (RFC 1813 §3.3.12), or a
+// silly rename when the file is open.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if c := n.openChild(name); c != nil {
+		return toErrno(n.sillyRename(c, name))
+	}
+	var w nfs3.WccData
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Remove(n.fsys.ctx, dir, name)
+		return err
+	})
+	n.setWcc(&w)
+	if in := n.GetChild(name); in != nil {
+		if c, ok := in.Operations().(*node); ok {
+			c.invalidateAttr() // nlink and ctime changed
+		}
+	}
+	return toErrno(err)
+}
+
+// Rmdir implements fs.NodeRmdirer with RMDIR (RFC 1813 §3.3.13).
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	var w nfs3.WccData
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Rmdir(n.fsys.ctx, dir, name)
+		return err
+	})
+	n.setWcc(&w)
+	return toErrno(err)
+}
+
+// Rename implements fs.NodeRenamer with RENAME (RFC 1813 §3.3.14). NFSv3
+// renames have no flags: RENAME_NOREPLACE and RENAME_EXCHANGE are EINVAL, as
+// with the kernel's NFSv3 client. An open file it would replace is silly
+// renamed first.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if flags != 0 {
+		return syscall.EINVAL
+	}
+	to, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if c := to.openChild(newName); c != nil {
+		if moved := n.GetChild(name); moved == nil || moved != c.EmbeddedInode() {
+			if err := to.sillyRename(c, newName); err != nil {
+				return toErrno(err)
+			}
+		}
+	}
+	var r nfs3.RenameResult
+	err := n.do(func(from nfs3.FileHandle) error {
+		return to.do(func(toDir nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Rename(n.fsys.ctx, from, name, toDir, newName)
+			return err
+		})
+	})
+	n.setWcc(&r.FromDirWcc)
+	to.setWcc(&r.ToDirWcc)
+	for _, in := range []*fs.Inode{n.GetChild(name), to.GetChild(newName)} {
+		if in == nil {
+			continue
+		}
+		if c, ok := in.Operations().(*node); ok {
+			c.invalidateAttr() // ctime, and nlink of a replaced target
+		}
+	}
+	return toErrno(err)
+}
+
+// OpendirHandle implements fs.NodeOpendirHandler: the listing is read with
+// READDIRPLUS, whose attributes and handles answer the kernel's
+// readdirplus lookups without more calls.
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &dirHandle{n: n}, 0, 0
+}
+
+// dirHandle is an open directory: a cursor over READDIRPLUS pages (RFC 1813
+// §3.3.17). Directory offsets are entry positions 1, 2, 3... (offset k is
+// "after the k-th entry"); the cookie to resume after each is remembered so
+// seekdir works.
+type dirHandle struct {
+	n *node
+
+	// go-fuse serialises the calls on one handle.
+	verf nfs3.CookieVerf
+	seen []dirPos // seen[k-1]: the k-th entry
+	page []nfs3.DirEntryPlus
+	pos  int         // next entry of page
+	eof  bool        // the server has no more pages after page
+	next nfs3.Cookie // where the next page starts
+	skip int         // entries still to pass over after a seek (see Seekdir)
+	last *nfs3.DirEntryPlus
+}
+
+// dirPos is where an entry was: the cookie to resume after it, and whether
+// it was "." or "..".
+type dirPos struct {
+	cookie nfs3.Cookie
+	dot    bool
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileLookuper     = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+)
+
+// Readdirent implements fs.FileReaddirenter.
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	for {
+		if d.pos >= len(d.page) {
+			if d.eof {
+				return nil, 0
+			}
+			if errno := d.fetch(); errno != 0 {
+				return nil, errno
+			}
+			if d.pos >= len(d.page) {
+				return nil, 0
+			}
+		}
+		e := &d.page[d.pos]
+		d.pos++
+		d.next = e.Cookie
+		if d.skip > 0 {
+			d.skip--
+			continue
+		}
+		d.seen = append(d.seen, dirPos{cookie: e.Cookie, dot: e.Name == "." || e.Name == ".."})
+		d.last = e
+		de := &fuse.DirEntry{Name: e.Name, Ino: ino(e.FileID), Off: uint64(len(d.seen))}
+		if e.Attr != nil {
+			de.Mode = typeMode(e.Attr.Type)
+		}
+		return de, 0
+	}
+}
+
+// fetch reads the page after the last entry read.
+func (d *dirHandle) fetch() syscall.Errno {
+	var r nfs3.ReaddirplusResult
+	err := d.n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = d.n.fsys.c.Readdirplus(d.n.fsys.ctx, dir, d.next, d.verf, 0, 0)
+		return err
+	})
+	d.n.setAttr(r.DirAttr)
+	if err != nil {
+		return toErrno(err)
+	}
+	if len(r.Entries) == 0 && !r.EOF {
+		return syscall.EIO // a page that does not advance
+	}
+	d.page, d.pos, d.eof, d.verf = r.Entries, 0, r.EOF, r.Verf
+	return 0
+}
+
+// Seekdir implements fs.FileSeekdirer: back to any offset handed out. The
+// listing resumes at the server's cookie of the entry before; except after
+// "." or "..", whose cookies some servers cannot resume from (go-nfs gives
+// "." cookie 0, which means the start): the listing then starts over and
+// passes over the entries up to the offset.
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if off > uint64(len(d.seen)) {
+		return syscall.EINVAL
+	}
+	d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
+	if off == 0 || d.seen[off-1].dot {
+		d.skip, d.next, d.verf = int(off), 0, nfs3.CookieVerf{}
+	} else {
+		d.next = d.seen[off-1].cookie
+	}
+	d.seen = d.seen[:off]
+	return 0
+}
+
+// Lookup implements fs.FileLookuper for readdirplus: the entry just returned
+// brings its own attributes and handle; LOOKUP only when it lacks them.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	e := d.last
+	if e == nil || e.Name != name || e.FH == nil || e.Attr == nil {
+		return d.n.Lookup(ctx, name, out)
+	}
+	c := d.n.child(ctx, name, e.FH, e.Attr)
+	d.n.entryOut(c, out)
+	return c.EmbeddedInode(), 0
+}

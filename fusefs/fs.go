@@ -1,0 +1,199 @@
+// Package fusefs presents an NFSv3 export as a FUSE file system
+// (github.com/hanwen/go-fuse/v2): one go-fuse node per NFS object, keyed by
+// its file handle, with the Linux NFS client's caching rules where FUSE can
+// express them.
+//
+//   - Identity: the inode number is the NFS fileid and the FUSE generation a
+//     hash of the file handle, so a fileid the server reuses for a new object
+//     is a new inode.
+//   - Attributes are cached per object with the acregmin/acregmax/
+//     acdirmin/acdirmax timeouts of nfs(5) (the timeout doubles while the
+//     object does not change); the kernel is given the same timeouts for its
+//     attribute and dentry caches. Post-operation attributes of every reply
+//     refresh the cache.
+//   - Close-to-open: open always revalidates with GETATTR; the kernel keeps
+//     its page cache only if the file did not change, else its cached
+//     attributes are invalidated too. Close (FUSE flush) and fsync COMMIT the
+//     UNSTABLE writes, resending them FILE_SYNC should the write verifier
+//     show the server lost them.
+//   - Reads of a sequential reader are read ahead in pipelined READs of
+//     rsize; FUSE requests are up to wsize (at most 1 MiB).
+//   - Unlinking or renaming over a file that is still open renames it to
+//     .nfsXXXX instead (the NFS "silly rename") and removes it at the last
+//     close, so open files stay readable.
+//   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
+//     attributes, no fallocate and no locking here (locks stay local to this
+//     mount, as with nfs(5) nolock).
+package fusefs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+)
+
+// FS is an NFSv3 export as a tree of go-fuse nodes. Create it with New and
+// mount its Root (see Mount).
+type FS struct {
+	c    *nfs3.Client
+	opts Options
+	log  *slog.Logger
+
+	rsize, wsize uint32
+	readAhead    int
+	maxDirty     int
+
+	root *node
+
+	// ctx bounds every NFS call: the calls are not tied to the FUSE request
+	// (an interrupted caller must not abandon a non-idempotent call half
+	// way; a killed one is released by the kernel anyway). Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	sillyCount atomic.Uint64
+	now        func() time.Time
+}
+
+// New returns the file system of the export whose root handle is root,
+// served through c. It checks the root (GETATTR) and learns the transfer
+// sizes (FSINFO). c stays the caller's: FS.Close does not close it.
+func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Options) (*FS, error) {
+	o := DefaultOptions()
+	if opts != nil {
+		o = *opts
+	}
+	f := &FS{c: c, opts: o, log: o.Logger, now: time.Now}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	a, err := c.Getattr(ctx, root)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: GETATTR of the root: %w", err)
+	}
+	if a.Type != nfs3.TypeDir {
+		return nil, fmt.Errorf("fusefs: the export's root is %v, not a directory", a.Type)
+	}
+	rsize, wsize, err := c.IOSizes(ctx, root)
+	if err != nil {
+		return nil, fmt.Errorf("fusefs: FSINFO: %w", err)
+	}
+	if o.Rsize != 0 {
+		rsize = min(rsize, o.Rsize)
+	}
+	if o.Wsize != 0 {
+		wsize = min(wsize, o.Wsize)
+	}
+	f.rsize, f.wsize = max(min(rsize, MaxFUSEIO), 4096), max(min(wsize, MaxFUSEIO), 4096)
+	switch {
+	case o.ReadAhead < 0:
+		f.readAhead = 0
+	case o.ReadAhead == 0:
+		f.readAhead = DefaultReadAhead
+	default:
+		f.readAhead = o.ReadAhead
+	}
+	f.maxDirty = o.MaxDirty
+	if f.maxDirty <= 0 {
+		f.maxDirty = DefaultMaxDirty
+	}
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.root = &node{fsys: f, fh: root}
+	f.root.attrs.update(a, f.now(), o.AcDirMin, o.AcDirMax)
+	return f, nil
+}
+
+// Root returns the root node, to mount with go-fuse.
+func (f *FS) Root() fs.InodeEmbedder { return f.root }
+
+// IOSizes returns the READ and WRITE sizes in use.
+func (f *FS) IOSizes() (rsize, wsize uint32) { return f.rsize, f.wsize }
+
+// Client returns the NFS client.
+func (f *FS) Client() *nfs3.Client { return f.c }
+
+// Close cancels the NFS calls in progress. It does not close the client.
+func (f *FS) Close() error {
+	f.cancel()
+	return nil
+}
+
+// MountConfig names the mount and chooses how go-fuse mounts it.
+type MountConfig struct {
+	// FsName is the source shown in /proc/mounts and df ("server:/export").
+	FsName string
+	// Name is the subtype: the mount's type is "fuse.<Name>" (default
+	// "nfsrdma").
+	Name string
+	// AllowOther lets other users than the mounting one in (the kernel still
+	// checks the permission bits: default_permissions).
+	AllowOther bool
+	// DirectMount mounts with mount(2) (root), falling back to fusermount;
+	// DirectMountStrict never falls back.
+	DirectMount, DirectMountStrict bool
+	// MountFlags are the mount(2) flags of a direct mount; 0 means
+	// MS_NOSUID|MS_NODEV. MS_RDONLY is added for Options.ReadOnly.
+	MountFlags uintptr
+	// Debug logs every FUSE request (go-fuse's debug output).
+	Debug bool
+}
+
+// FUSEOptions returns the go-fuse options for mounting f: requests up to
+// wsize, no xattrs (NFSv3 has none), permission checks by the kernel, the
+// attribute timeouts set per reply, read-only when Options.ReadOnly.
+func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
+	name := mc.Name
+	if name == "" {
+		name = "nfsrdma"
+	}
+	mo := fuse.MountOptions{
+		AllowOther:        mc.AllowOther,
+		FsName:            mc.FsName,
+		Name:              name,
+		MaxWrite:          int(f.wsize), // and max_read: READs go out in rsize pieces anyway
+		MaxBackground:     64,
+		DisableXAttrs:     true,
+		DirectMount:       mc.DirectMount,
+		DirectMountStrict: mc.DirectMountStrict,
+		Debug:             mc.Debug,
+		Options:           []string{"default_permissions"},
+		DirectMountFlags:  mc.MountFlags,
+	}
+	if mo.DirectMountFlags == 0 {
+		mo.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
+	}
+	if f.opts.ReadOnly {
+		mo.Options = append(mo.Options, "ro")
+		mo.DirectMountFlags |= syscall.MS_RDONLY
+	}
+	return &fs.Options{
+		MountOptions: mo,
+		RootStableAttr: &fs.StableAttr{
+			Ino: ino(f.root.attrs.attr.FileID),
+			Gen: generation(f.root.handle()),
+		},
+		NullPermissions: true,
+	}
+}
+
+// Mount mounts f at dir and serves it until the returned server is
+// unmounted (Server.Unmount, or umount(8) and Server.Wait).
+func Mount(dir string, f *FS, mc MountConfig) (*fuse.Server, error) {
+	return fs.Mount(dir, f.root, f.FUSEOptions(mc))
+}
+
+// acBounds returns the attribute timeout bounds for objects of type t.
+func (f *FS) acBounds(t nfs3.FileType) (lo, hi time.Duration) {
+	if t == nfs3.TypeDir {
+		return f.opts.AcDirMin, f.opts.AcDirMax
+	}
+	return f.opts.AcRegMin, f.opts.AcRegMax
+}

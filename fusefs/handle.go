@@ -1,0 +1,100 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+)
+
+// handle returns n's current file handle.
+func (n *node) handle() nfs3.FileHandle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fh
+}
+
+// do runs op with n's file handle. When the server calls the handle stale,
+// n is looked up again where it lives (its .nfs name after a silly rename,
+// else its name in its parent): if that finds the same object (fileid and
+// type) under a new handle, n adopts the handle and op runs once more.
+//
+// Servers whose handles follow paths (go-nfs and other user-space servers)
+// hand out a new handle after a rename; the Linux server with subtree_check
+// does after a rename across directories. With the Linux server's default
+// no_subtree_check a handle never changes, and a stale one means the object
+// is gone: the lookup then fails or finds another fileid, and the error
+// stands.
+func (n *node) do(op func(fh nfs3.FileHandle) error) error {
+	fh := n.handle()
+	err := op(fh)
+	if !isStale(err) {
+		return err
+	}
+	if nfh, ok := n.refresh(fh); ok {
+		return op(nfh)
+	}
+	return err
+}
+
+func isStale(err error) bool {
+	return errors.Is(err, nfs3.ErrStale) || errors.Is(err, nfs3.ErrBadHandle)
+}
+
+// refresh looks n up again and adopts the new handle of the same object.
+func (n *node) refresh(old nfs3.FileHandle) (nfs3.FileHandle, bool) {
+	n.mu.Lock()
+	if !bytes.Equal(n.fh, old) { // another call refreshed it meanwhile
+		fh := n.fh
+		n.mu.Unlock()
+		return fh, true
+	}
+	var dir *node
+	var name string
+	if n.silly != nil {
+		dir, name = n.silly.dir, n.silly.name
+	}
+	want := n.attrs.attr
+	n.mu.Unlock()
+	if dir == nil {
+		pname, parent := n.Parent()
+		if parent == nil {
+			return nil, false
+		}
+		p, ok := parent.Operations().(*node)
+		if !ok {
+			return nil, false
+		}
+		dir, name = p, pname
+	}
+	var r nfs3.LookupResult
+	err := dir.do(func(dfh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Lookup(n.fsys.ctx, dfh, name)
+		return err
+	})
+	if err != nil {
+		return nil, false
+	}
+	a, err := dir.lookupAttr(r.FH, r.Attr)
+	if err != nil || a.FileID != want.FileID || a.Type != want.Type {
+		return nil, false
+	}
+	n.mu.Lock()
+	n.fh = r.FH
+	n.mu.Unlock()
+	n.setAttr(a)
+	n.fsys.log.Debug("file handle refreshed", "name", name, "fileid", a.FileID)
+	return r.FH, true
+}
+
+// readAt reads len(p) bytes at off with pipelined READs (RFC 1813 §3.3.6);
+// n < len(p) comes with io.EOF when the file ends first.
+func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+	var m int
+	err := n.do(func(fh nfs3.FileHandle) (err error) {
+		m, err = n.fsys.c.ReadAt(ctx, fh, p, off)
+		return err
+	})
+	return m, err
+}

@@ -1,0 +1,330 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+)
+
+// node is one NFS object (file, directory, symlink, special file) known to
+// the kernel. Its identity (go-fuse StableAttr) is its type, fileid and a
+// hash of its file handle.
+type node struct {
+	fs.Inode
+	fsys *FS
+
+	// dataGen counts completed changes of the file's data by this mount
+	// (WRITE, truncating SETATTR, a changed file seen at open): read-ahead
+	// discards data fetched before the latest one.
+	dataGen atomic.Uint64
+
+	mu     sync.Mutex
+	fh     nfs3.FileHandle // replaced only by refresh
+	attrs  attrCache
+	opens  int          // open file handles
+	dirty  []dirtyWrite // UNSTABLE writes not yet known committed
+	ndirty int          // their bytes
+	silly  *sillyName   // set once unlinked while open
+	closed *sync.Cond   // broadcast when opens drops to 0 (see waitClosed)
+	commit sync.Mutex   // one COMMIT (and resend) at a time
+}
+
+// dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
+// same verifier proves it durable.
+type dirtyWrite struct {
+	off  int64
+	data []byte
+	verf nfs3.WriteVerf
+}
+
+// sillyName is where an unlinked open file lives until its last close.
+type sillyName struct {
+	dir  *node
+	name string
+}
+
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeAllocater      = (*node)(nil)
+)
+
+// setAttr records attributes received at now; it reports whether the
+// object's data changed since the previous ones.
+func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
+	if a == nil {
+		return false
+	}
+	lo, hi := n.fsys.acBounds(a.Type)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.attrs.update(*a, n.fsys.now(), lo, hi)
+}
+
+// setWcc applies an operation's wcc_data: the post-operation attributes, or
+// when the server sent none, the knowledge that the cached ones are stale.
+func (n *node) setWcc(w *nfs3.WccData) {
+	if w.After != nil {
+		n.setAttr(w.After)
+		return
+	}
+	n.invalidateAttr()
+}
+
+func (n *node) invalidateAttr() {
+	n.mu.Lock()
+	n.attrs.invalidate()
+	n.mu.Unlock()
+}
+
+// getattr returns the object's attributes and how long they may be
+// trusted: the cached ones while fresh, unless force, else the server's.
+func (n *node) getattr(force bool) (nfs3.Attr, time.Duration, error) {
+	if !force {
+		n.mu.Lock()
+		left, ok := n.attrs.fresh(n.fsys.now())
+		a := n.attrs.attr
+		n.mu.Unlock()
+		if ok {
+			return a, left, nil
+		}
+	}
+	var a nfs3.Attr
+	err := n.do(func(fh nfs3.FileHandle) (err error) {
+		a, err = n.fsys.c.Getattr(n.fsys.ctx, fh)
+		return err
+	})
+	if err != nil {
+		return nfs3.Attr{}, 0, err
+	}
+	n.setAttr(&a)
+	n.mu.Lock()
+	timeo := n.attrs.timeo
+	n.mu.Unlock()
+	return a, timeo, nil
+}
+
+// cached returns the cached attributes and their timeout, fresh or not.
+func (n *node) cached() (nfs3.Attr, time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	left, _ := n.attrs.fresh(n.fsys.now())
+	return n.attrs.attr, max(left, 0)
+}
+
+// fillOut fills FUSE attributes from a, hiding the extra link an unlinked
+// open file keeps under its .nfs name.
+func (n *node) fillOut(out *fuse.Attr, a *nfs3.Attr) {
+	fillAttr(out, a)
+	n.mu.Lock()
+	silly := n.silly != nil
+	n.mu.Unlock()
+	if silly && out.Nlink > 0 {
+		out.Nlink--
+	}
+}
+
+// entryOut fills a LOOKUP-style reply for child, found in directory n.
+func (n *node) entryOut(child *node, out *fuse.EntryOut) {
+	a, timeo := child.cached()
+	child.fillOut(&out.Attr, &a)
+	out.SetAttrTimeout(timeo)
+	_, dirTimeo := n.cached()
+	out.SetEntryTimeout(dirTimeo)
+}
+
+// child returns the node for the object fh with attributes a, found in n
+// under name: the node already known there if it has the same handle, else
+// a new one (go-fuse merges it with any node of the same identity).
+func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nfs3.Attr) *node {
+	if name != "" {
+		if in := n.GetChild(name); in != nil {
+			if c, ok := in.Operations().(*node); ok && bytes.Equal(c.handle(), fh) {
+				c.setAttr(a)
+				return c
+			}
+		}
+	}
+	c := &node{fsys: n.fsys, fh: fh}
+	c.setAttr(a)
+	n.NewInode(ctx, c, fs.StableAttr{Mode: typeMode(a.Type), Ino: ino(a.FileID), Gen: generation(fh)})
+	return c
+}
+
+// lookupAttr returns the attributes of fh: a when the server sent them, else
+// a GETATTR's.
+func (n *node) lookupAttr(fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) {
+	if a != nil {
+		return a, nil
+	}
+	got, err := n.fsys.c.Getattr(n.fsys.ctx, fh)
+	if err != nil {
+		return nil, err
+	}
+	return &got, nil
+}
+
+// Lookup implements fs.NodeLookuper with LOOKUP (RFC 1813 §3.3.3).
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	var r nfs3.LookupResult
+	err := n.do(func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Lookup(n.fsys.ctx, dir, name)
+		return err
+	})
+	n.setAttr(r.DirAttr)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	a, err := n.lookupAttr(r.FH, r.Attr)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	c := n.child(ctx, name, r.FH, a)
+	n.entryOut(c, out)
+	return c.EmbeddedInode(), 0
+}
+
+// Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
+// else GETATTR (RFC 1813 §3.3.1).
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, timeo, err := n.getattr(false)
+	if err != nil {
+		return toErrno(err)
+	}
+	n.fillOut(&out.Attr, &a)
+	out.SetTimeout(timeo)
+	return 0
+}
+
+// Setattr implements fs.NodeSetattrer with SETATTR (RFC 1813 §3.3.2): chmod,
+// chown, truncate and utimens.
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.fsys.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	var s nfs3.SetAttr
+	if m, ok := in.GetMode(); ok {
+		s.Mode = new(m & 0o7777)
+	}
+	if uid, ok := in.GetUID(); ok {
+		s.UID = new(uid)
+	}
+	if gid, ok := in.GetGID(); ok {
+		s.GID = new(gid)
+	}
+	size, truncate := in.GetSize()
+	if truncate {
+		s.Size = new(size)
+	}
+	s.Atime = setTime(in.Valid, fuse.FATTR_ATIME, fuse.FATTR_ATIME_NOW, in.Atime, in.Atimensec)
+	s.Mtime = setTime(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
+	if s == (nfs3.SetAttr{}) {
+		return n.Getattr(ctx, f, out)
+	}
+	if truncate {
+		// Writes still uncommitted must not be resent over the truncation.
+		if err := n.commitDirty(); err != nil {
+			return toErrno(err)
+		}
+	}
+	var w nfs3.WccData
+	err := n.do(func(fh nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Setattr(n.fsys.ctx, fh, s, nil)
+		return err
+	})
+	if truncate {
+		n.dataGen.Add(1)
+	}
+	if err != nil {
+		n.setWcc(&w)
+		return toErrno(err)
+	}
+	if w.After == nil {
+		n.invalidateAttr()
+		return n.Getattr(ctx, f, out)
+	}
+	n.setAttr(w.After)
+	a, timeo := n.cached()
+	n.fillOut(&out.Attr, &a)
+	out.SetTimeout(timeo)
+	return 0
+}
+
+// setTime converts one FUSE time of SETATTR to set_atime / set_mtime.
+func setTime(valid, bit, now uint32, sec uint64, nsec uint32) nfs3.SetTime {
+	switch {
+	case valid&bit == 0:
+		return nfs3.SetTime{}
+	case valid&now != 0:
+		return nfs3.SetTime{How: nfs3.SetToServerTime}
+	}
+	return nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(sec), Nseconds: nsec}}
+}
+
+// Readlink implements fs.NodeReadlinker with READLINK (RFC 1813 §3.3.5).
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	var r nfs3.ReadlinkResult
+	err := n.do(func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Readlink(n.fsys.ctx, fh)
+		return err
+	})
+	n.setAttr(r.Attr)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return []byte(r.Target), 0
+}
+
+// Statfs implements fs.NodeStatfser with FSSTAT (RFC 1813 §3.3.18).
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var r nfs3.FSStat
+	err := n.do(func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Fsstat(n.fsys.ctx, fh)
+		return err
+	})
+	if err != nil {
+		return toErrno(err)
+	}
+	const bsize = 4096
+	out.Bsize, out.Frsize = bsize, bsize
+	out.Blocks = r.TotalBytes / bsize
+	out.Bfree = r.FreeBytes / bsize
+	out.Bavail = r.AvailBytes / bsize
+	out.Files, out.Ffree = r.TotalFiles, r.FreeFiles
+	out.NameLen = nfs3.MaxNameLen
+	return 0
+}
+
+// Fsync implements fs.NodeFsyncer: COMMIT (RFC 1813 §3.3.21) of the file's
+// UNSTABLE writes. Directories have nothing to sync: NFSv3 directory
+// operations are synchronous.
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	return toErrno(n.commitDirty())
+}
+
+// Allocate implements fs.NodeAllocater: NFSv3 cannot preallocate.
+func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
+	return syscall.EOPNOTSUPP
+}

@@ -1,0 +1,73 @@
+package fusefs
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Options configures an FS. The zero value is not the nfs(5) default; start
+// from DefaultOptions.
+type Options struct {
+	// The attribute cache (nfs(5) acregmin, acregmax, acdirmin, acdirmax):
+	// a file's attributes are trusted for a timeout that starts at the
+	// minimum, doubles each time a revalidation finds them unchanged, up to
+	// the maximum, and falls back to the minimum when they change. The
+	// kernel is given the same timeout for its attribute and dentry caches.
+	// All zero is noac: every stat asks the server.
+	AcRegMin, AcRegMax time.Duration
+	AcDirMin, AcDirMax time.Duration
+
+	// Sync sends every WRITE FILE_SYNC (nfs(5) sync; noac implies it).
+	// Otherwise writes are UNSTABLE and COMMITted on flush, fsync and close.
+	Sync bool
+
+	// Rsize and Wsize cap the READ and WRITE sizes (the server's FSINFO
+	// preference otherwise, see nfs3.Client.IOSizes). FUSE requests are at
+	// most MaxFUSEIO.
+	Rsize, Wsize uint32
+
+	// ReadAhead is the most bytes read ahead of a sequential reader, in
+	// pipelined READs of rsize; 0 means DefaultReadAhead, negative disables
+	// read-ahead.
+	ReadAhead int
+
+	// MaxDirty bounds the bytes of UNSTABLE writes an open file keeps
+	// (copied, to resend them should the server lose them before COMMIT)
+	// before it COMMITs on its own; 0 means DefaultMaxDirty.
+	MaxDirty int
+
+	// ReadOnly refuses every change with EROFS (nfs(5) ro).
+	ReadOnly bool
+
+	// Logger receives the file system's events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Defaults, as nfs(5) gives them for the attribute cache.
+const (
+	DefaultAcRegMin  = 3 * time.Second
+	DefaultAcRegMax  = 60 * time.Second
+	DefaultAcDirMin  = 30 * time.Second
+	DefaultAcDirMax  = 60 * time.Second
+	DefaultReadAhead = 8 << 20
+	DefaultMaxDirty  = 32 << 20
+	// MaxFUSEIO is the largest READ or WRITE request the Linux kernel
+	// sends a FUSE server (256 pages).
+	MaxFUSEIO = 1 << 20
+)
+
+// DefaultOptions returns the nfs(5) defaults: ac with acregmin=3, acregmax=60,
+// acdirmin=30, acdirmax=60, async, server-chosen rsize/wsize, rw.
+func DefaultOptions() Options {
+	return Options{
+		AcRegMin: DefaultAcRegMin, AcRegMax: DefaultAcRegMax,
+		AcDirMin: DefaultAcDirMin, AcDirMax: DefaultAcDirMax,
+	}
+}
+
+// NoAC sets the options nfs(5) noac means: no attribute caching and
+// synchronous writes.
+func (o *Options) NoAC() {
+	o.AcRegMin, o.AcRegMax, o.AcDirMin, o.AcDirMax = 0, 0, 0, 0
+	o.Sync = true
+}

@@ -1,0 +1,135 @@
+package fusefs
+
+import (
+	"io"
+	"sync"
+)
+
+// readAhead serves a sequential reader of one open file from segments of
+// rsize fetched ahead of it: each READ the kernel asks for starts the READs
+// of the next segments (up to the window) in the background, so that up to
+// window/rsize READs are in flight while the reader consumes. The window
+// opens one segment at a time and doubles while the reader stays
+// sequential; a random read closes it and goes straight to the server.
+//
+// A segment is used only if no change of the file's data by this mount
+// completed after its READ started (node.dataGen), so the reader sees its
+// own writes.
+type readAhead struct {
+	f       *openFile
+	segSize int
+	maxSegs int
+
+	mu     sync.Mutex
+	depth  int                // segments read ahead of the one being read
+	next   int64              // where a sequential reader reads next
+	eof    int64              // a segment ended the file here (-1: not seen)
+	eofGen uint64             // dataGen when eof was seen
+	segs   map[int64]*segment // by index (offset / segSize)
+}
+
+type segment struct {
+	done chan struct{} // closed when data/err are set
+	gen  uint64        // node.dataGen when the READ started
+	data []byte
+	eof  bool
+	err  error
+}
+
+func newReadAhead(f *openFile, segSize, window int) *readAhead {
+	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment)}
+}
+
+// read fills dest from off; n < len(dest) means the file ended (io.EOF).
+func (ra *readAhead) read(dest []byte, off int64) (int, error) {
+	n := ra.f.n
+	size := int64(ra.segSize)
+	first, last := off/size, (off+int64(len(dest))-1)/size
+	gen := n.dataGen.Load()
+
+	ra.mu.Lock()
+	_, known := ra.segs[first]
+	if off != ra.next && !known {
+		// Random access: forget the window and read directly.
+		clear(ra.segs)
+		ra.depth = 0
+		ra.next = off + int64(len(dest))
+		ra.mu.Unlock()
+		return n.readAt(ra.f.ctx, dest, off)
+	}
+	ra.depth = min(max(2*ra.depth, 1), ra.maxSegs)
+	ra.next = max(ra.next, off+int64(len(dest)))
+	if ra.eofGen != gen {
+		ra.eof = -1 // the file may have grown since
+	}
+	for i := range ra.segs {
+		if i < first {
+			delete(ra.segs, i)
+		}
+	}
+	need := make([]*segment, 0, last-first+1)
+	for i := first; i <= last+int64(ra.depth); i++ {
+		if i > last && ra.eof >= 0 && i*size >= ra.eof {
+			break // nothing to read ahead past the end
+		}
+		s := ra.segs[i]
+		if s == nil || s.gen != gen {
+			s = ra.start(i, gen)
+		}
+		if i <= last {
+			need = append(need, s)
+		}
+	}
+	ra.mu.Unlock()
+
+	total := 0
+	for k, s := range need {
+		i := first + int64(k)
+		select {
+		case <-s.done:
+		case <-ra.f.ctx.Done():
+			return total, ra.f.ctx.Err()
+		}
+		if s.err != nil || s.gen != gen {
+			// Failed, or older than a write this reader may have made:
+			// read this part directly.
+			m, err := n.readAt(ra.f.ctx, dest[total:], off+int64(total))
+			return total + m, err
+		}
+		segOff := i * size
+		from := max(off+int64(total)-segOff, 0)
+		if from < int64(len(s.data)) {
+			total += copy(dest[total:], s.data[from:])
+		}
+		if total == len(dest) {
+			return total, nil
+		}
+		if s.eof || len(s.data) < ra.segSize {
+			return total, io.EOF
+		}
+	}
+	return total, nil
+}
+
+// start begins the READ of segment i; ra.mu is held.
+func (ra *readAhead) start(i int64, gen uint64) *segment {
+	s := &segment{done: make(chan struct{}), gen: gen}
+	ra.segs[i] = s
+	n := ra.f.n
+	go func() {
+		buf := make([]byte, ra.segSize)
+		m, err := n.readAt(ra.f.ctx, buf, i*int64(ra.segSize))
+		s.data = buf[:m]
+		if err == io.EOF {
+			s.eof, err = true, nil
+			ra.mu.Lock()
+			if end := i*int64(ra.segSize) + int64(m); ra.eof < 0 || end < ra.eof || ra.eofGen != gen {
+				ra.eof, ra.eofGen = end, gen
+			}
+			ra.mu.Unlock()
+		}
+		s.err = err
+		close(s.done)
+	}()
+	return s
+}
