@@ -11,7 +11,7 @@ SRC=/tmp/demo-tree
 BACK=/tmp/demo-back
 
 say "The bed: Soft-RoCE device rxe0 on dummy0 (10.99.0.1) and the Linux NFS server exporting /export over RDMA port 20049"
-rdma link show rxe0 || fail "no rxe0"
+rdma link show | grep -q "rxe0.*ACTIVE" && rdma link show || fail "no active rxe0"
 grep rdma /proc/fs/nfsd/portlist || fail "knfsd is not listening on RDMA"
 modprobe fuse 2>/dev/null
 
@@ -27,7 +27,7 @@ for d in $(seq 1 12); do
 	for f in $(seq 1 25); do
 		head -c $(( (d * 7919 + f * 104729) % 300000 + 1 )) /dev/urandom > "$SRC/dir$d/file$f"
 	done
-	ln -s "file1" "$SRC/dir$d/sub/link-to-file1"
+	ln -s "../file1" "$SRC/dir$d/sub/link-to-file1"
 done
 du -sh "$SRC"
 
