@@ -2,6 +2,7 @@ package bench
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -57,10 +58,40 @@ func TestRatio(t *testing.T) {
 	var r Report
 	r.Add(Measure{Group: "a", Name: "x", Value: 10})
 	r.Add(Measure{Group: "b", Name: "x", Value: 20})
-	r.AddRatio("higher", [2]string{"a", "x"}, [2]string{"b", "x"}, "higher", 1)
-	r.AddRatio("lower", [2]string{"a", "x"}, [2]string{"b", "x"}, "lower", 1)
+	r.AddRatio("higher", [2]string{"a", "x"}, [2]string{"b", "x"}, "higher", 0.9)
+	r.AddRatio("lower", [2]string{"a", "x"}, [2]string{"b", "x"}, "lower", 1.2)
+	r.AddRatio("lower-missed", [2]string{"b", "x"}, [2]string{"a", "x"}, "lower", 1.2)
 	r.AddRatio("missing", [2]string{"a", "y"}, [2]string{"b", "x"}, "lower", 1)
-	if len(r.Ratios) != 2 || r.Ratios[0].Value != 0.5 || r.Ratios[1].Value != 2 || len(r.Errors) != 1 {
+	if len(r.Ratios) != 3 || len(r.Errors) != 1 {
 		t.Fatalf("%+v", r)
+	}
+	for i, want := range []struct {
+		value float64
+		met   bool
+		miss  float64
+	}{
+		{0.5, false, 1 - 0.5/0.9}, // ours/theirs, below the 0.9 floor
+		{0.5, true, 0},            // lower is better: half the reference
+		{2, false, 2/1.2 - 1},     // twice the reference, over the 1.2 ceiling
+	} {
+		x := r.Ratios[i]
+		if x.Value != want.value || x.Met != want.met || math.Abs(x.Miss()-want.miss) > 1e-9 {
+			t.Errorf("ratio %s = %+v (miss %v), want %+v", x.Name, x, x.Miss(), want)
+		}
+	}
+	// Paired rounds: the median of the per-round ratios, not the ratio of
+	// the medians.
+	r.Add(Measure{Group: "a", Name: "paired", Value: 2, Rounds: []float64{1, 2, 9}})
+	r.Add(Measure{Group: "b", Name: "paired", Value: 4, Rounds: []float64{1, 4, 3}})
+	r.AddRatio("paired", [2]string{"a", "paired"}, [2]string{"b", "paired"}, "higher", 0.9)
+	if x := r.Ratios[3]; x.Value != 1 || len(x.Rounds) != 3 || x.Rounds[2] != 3 {
+		t.Errorf("paired ratio %+v, want the median of 1, 0.5, 3", x)
+	}
+	var md strings.Builder
+	r.WriteMarkdown(&md)
+	for _, s := range []string{"| higher | 0.50x | >= 0.90x | no (44% off) |  |", "| lower | 0.50x | <= 1.20x | yes |  |", "missing figure a y", "| paired | 1.00x | >= 0.90x | yes | 1.00 0.50 3.00 |"} {
+		if !strings.Contains(md.String(), s) {
+			t.Errorf("Markdown lacks %q:\n%s", s, md.String())
+		}
 	}
 }

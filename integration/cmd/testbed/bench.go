@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/integration/bench"
@@ -17,10 +19,27 @@ import (
 // NFSv3/RDMA client (fio) in one guest run, and writes results/baseline.json
 // and results/baseline.md.
 func benchBaseline(ctx context.Context, args []string) (int, error) {
-	fs := flag.NewFlagSet("bench-baseline", flag.ContinueOnError)
+	return runBench(ctx, "bench-baseline", "baseline", false, args)
+}
+
+// benchFull measures, in one guest run, the ceiling, the kernel client and
+// nfsrdma itself (verbs, transport, NFS client) with the ratios between
+// them, and writes results/bench.json and results/bench.md.
+func benchFull(ctx context.Context, args []string) (int, error) {
+	return runBench(ctx, "bench", "bench", true, args)
+}
+
+func runBench(ctx context.Context, cmd, report string, full bool, args []string) (int, error) {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	out := fs.String("out", "results", "results directory (under the current directory, which is shared with the guest)")
-	size := fs.Int("size", 256, "fio file size in MiB")
+	size := fs.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
 	timeout := fs.Duration("timeout", 30*time.Minute, "guest timeout")
+	var cmpSize, passes, rounds *int
+	if full {
+		cmpSize = fs.Int("compare-size", 64, "file size in MiB of the transport and NFS-level comparisons (ours and the kernel's)")
+		passes = fs.Int("passes", 2, "times each comparison covers its file")
+		rounds = fs.Int("rounds", 3, "rounds of paired measurements, each figure the median of its rounds")
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
 	}
@@ -34,7 +53,7 @@ func benchBaseline(ctx context.Context, args []string) (int, error) {
 	}
 	rel, err := filepath.Rel(wd, dir)
 	if err != nil || filepath.IsAbs(rel) || rel == ".." || len(rel) > 2 && rel[:3] == "../" {
-		return 2, fmt.Errorf("bench-baseline: -out %s must be under the current directory (the guest sees only that)", dir)
+		return 2, fmt.Errorf("%s: -out %s must be under the current directory (the guest sees only that)", cmd, dir)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, ".bin"), 0o755); err != nil {
 		return 1, err
@@ -43,28 +62,55 @@ func benchBaseline(ctx context.Context, args []string) (int, error) {
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/nfsrdma/nfsrdma/integration/cmd/benchguest")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return 1, fmt.Errorf("bench-baseline: building the guest program: %w", err)
+		return 1, fmt.Errorf("%s: building the guest program: %w", cmd, err)
 	}
 	img, err := testbed.Build(ctx, os.Stderr)
 	if err != nil {
 		return 1, err
 	}
-	jsonPath := filepath.Join(rel, "baseline.json")
-	code, err := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144,
-		Args: []string{filepath.Join(rel, ".bin", "benchguest"), "-out", jsonPath, "-size", fmt.Sprint(*size)}})
+	jsonPath := filepath.Join(dir, report+".json")
+	os.Remove(jsonPath) // never mistake an old report for this run's
+	gargs := []string{filepath.Join(rel, ".bin", "benchguest"), "-out", filepath.Join(rel, report+".json"), "-size", fmt.Sprint(*size)}
+	if full {
+		gargs = append(gargs, "-full", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds))
+	}
+	// The guest's vCPUs are host threads: a busy host skews every figure,
+	// so the report says how busy it was.
+	loadBefore := hostLoad()
+	code, err := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs})
 	if err != nil {
 		return code, err
 	}
-	r, rerr := bench.ReadJSON(filepath.Join(dir, "baseline.json"))
+	r, rerr := bench.ReadJSON(jsonPath)
 	if rerr != nil {
-		return 1, fmt.Errorf("bench-baseline: the guest wrote no report: %w", rerr)
+		return 1, fmt.Errorf("%s: the guest wrote no report: %w", cmd, rerr)
 	}
-	md, err := os.Create(filepath.Join(dir, "baseline.md"))
+	r.Note("host load average (1/5/15 min) before the guest: %s; after: %s; host CPUs: %d", loadBefore, hostLoad(), runtime.NumCPU())
+	if err := r.WriteJSON(jsonPath); err != nil {
+		return 1, err
+	}
+	mdPath := filepath.Join(dir, report+".md")
+	md, err := os.Create(mdPath)
 	if err != nil {
 		return 1, err
 	}
 	r.WriteMarkdown(md)
-	md.Close()
-	fmt.Fprintf(os.Stderr, "[testbed] wrote %s and %s\n", filepath.Join(dir, "baseline.json"), filepath.Join(dir, "baseline.md"))
+	if err := md.Close(); err != nil {
+		return 1, err
+	}
+	fmt.Fprintf(os.Stderr, "[testbed] wrote %s and %s\n", jsonPath, mdPath)
 	return code, nil
+}
+
+// hostLoad is the host's load averages from /proc/loadavg.
+func hostLoad() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
