@@ -156,6 +156,13 @@ type CQ interface {
 	Close() error
 }
 
+// SpinPoller is implemented by CQs that can busy-poll inside the provider
+// for up to spin before returning empty, in one call: latency-sensitive
+// loops that spin pay one crossing per completion, not per attempt.
+type SpinPoller interface {
+	PollSpin(wcs []Completion, spin time.Duration) (int, error)
+}
+
 // QPType is the queue pair transport type. Only RC is used.
 type QPType int
 

@@ -113,8 +113,15 @@ func newPPSide(s *verbstest.Side, size int, spin bool) (*ppSide, error) {
 // poll reaps at least one completion into wcs: busy-polling, or waiting on
 // the CQ between polls.
 func (x *ppSide) poll(ctx context.Context, cq verbs.CQ, wcs []verbs.Completion) (int, error) {
+	sp, _ := cq.(verbs.SpinPoller)
 	for i := 1; ; i++ {
-		n, err := cq.Poll(wcs)
+		var n int
+		var err error
+		if x.spin && sp != nil {
+			n, err = sp.PollSpin(wcs, 100*time.Millisecond)
+		} else {
+			n, err = cq.Poll(wcs)
+		}
 		if err != nil || n > 0 {
 			for _, wc := range wcs[:n] {
 				if wc.Status != verbs.StatusSuccess {
@@ -127,7 +134,7 @@ func (x *ppSide) poll(ctx context.Context, cq verbs.CQ, wcs []verbs.Completion) 
 			if err := cq.Wait(ctx); err != nil {
 				return 0, err
 			}
-		} else if i%1024 == 0 {
+		} else if i%1024 == 0 || sp != nil {
 			if err := ctx.Err(); err != nil {
 				return 0, err
 			}

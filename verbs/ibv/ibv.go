@@ -27,6 +27,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/nfsrdma/nfsrdma/verbs"
@@ -409,6 +410,32 @@ func (c *compQueue) pollLocked(wcs []verbs.Completion, n int) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// PollSpin is Poll that busy-polls inside the provider for up to spin
+// before returning empty: one cgo crossing however long it spins
+// (verbs.SpinPoller).
+func (c *compQueue) PollSpin(wcs []verbs.Completion, spin time.Duration) (int, error) {
+	if c.closed.Load() {
+		return 0, verbs.ErrClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) > 0 {
+		n := copy(wcs, c.pending)
+		c.pending = c.pending[:copy(c.pending, c.pending[n:])]
+		return n, nil
+	}
+	want := min(len(wcs), cqBatch)
+	r := int(C.nr_poll_cq_spin(c.cq, c.buf, C.int(want), C.int64_t(spin)))
+	if r < 0 {
+		return 0, &verbs.OpError{Verb: "ibv_poll_cq", Object: c.d.attr.Name, Err: syscall.Errno(-r)}
+	}
+	buf := unsafe.Slice(c.buf, cqBatch)
+	for i := 0; i < r; i++ {
+		wcs[i] = c.convert(&buf[i])
+	}
+	return r, nil
 }
 
 // Wait arms the CQ and sleeps on the completion channel until an event or

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <time.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -152,6 +153,28 @@ int nr_poll_cq(struct ibv_cq *cq, struct nr_wc *out, int n)
 			break;
 	}
 	return got;
+}
+
+// nr_poll_cq_spin busy-polls for up to spin_ns nanoseconds, inside one
+// call, until at least one completion is reaped.
+int nr_poll_cq_spin(struct ibv_cq *cq, struct nr_wc *out, int n, int64_t spin_ns)
+{
+	struct timespec t0, t;
+	int64_t el;
+	int r, i;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (i = 0;; i++) {
+		r = nr_poll_cq(cq, out, n);
+		if (r != 0)
+			return r;
+		if ((i & 63) == 63) {
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			el = (int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec);
+			if (el >= spin_ns)
+				return 0;
+		}
+	}
 }
 
 int nr_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *want)

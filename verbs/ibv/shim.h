@@ -55,6 +55,7 @@ struct nr_wc {
 int nr_post_send(struct ibv_qp *qp, struct nr_swr *d, int n, struct nr_sge *s, int *bad);
 int nr_post_recv(struct ibv_qp *qp, struct nr_rwr *d, int n, struct nr_sge *s, int *bad);
 int nr_poll_cq(struct ibv_cq *cq, struct nr_wc *out, int n);
+int nr_poll_cq_spin(struct ibv_cq *cq, struct nr_wc *out, int n, int64_t spin_ns);
 int nr_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq *want);
 int nr_modify_qp_err(struct ibv_qp *qp);
 int nr_query_qp_state(struct ibv_qp *qp, int *state);
