@@ -235,21 +235,8 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 			cl.abandonAttempt(c)
 		}
 	}()
-	for {
-		t.mu.Lock()
-		ok, broken := cl.hasCredit, c.broken
-		t.mu.Unlock()
-		if broken {
-			return errRetry
-		}
-		if ok {
-			break
-		}
-		select {
-		case <-cl.wakeCh:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := cl.waitUntil(ctx, c, func() bool { return cl.hasCredit }); err != nil {
+		return err
 	}
 	// 2. Plan and register.
 	lim := chunks.Limits{InlineSend: c.inlineSend, InlineRecv: c.inlineRecv, MaxSegmentSize: t.cfg.MaxSegment, MaxSegments: 8}
@@ -274,16 +261,27 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 	}
 	cl.reserved = n
 	t.mu.Unlock()
+	// The gate's callback (admitLocked) admits us when room allows.
+	if err := cl.waitUntil(ctx, c, func() bool { return cl.admitted }); err != nil {
+		return err
+	}
+	// 4. Marshal and post BIND…BIND,SEND in one chain.
+	return cl.post(c)
+}
+
+// waitUntil sleeps until granted (read under Transport.mu) holds, woken by
+// whoever changes it; it returns errRetry when c breaks meanwhile.
+func (cl *call) waitUntil(ctx context.Context, c *conn, granted func() bool) error {
+	t := cl.t
 	for {
 		t.mu.Lock()
-		// The gate's callback (admitLocked) admits us when room allows.
-		ok, broken := cl.admitted, c.broken
+		ok, broken := granted(), c.broken
 		t.mu.Unlock()
 		if broken {
 			return errRetry
 		}
 		if ok {
-			break
+			return nil
 		}
 		select {
 		case <-cl.wakeCh:
@@ -291,8 +289,6 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 			return ctx.Err()
 		}
 	}
-	// 4. Marshal and post BIND…BIND,SEND in one chain.
-	return cl.post(c)
 }
 
 // admitLocked is the congestion gate's callback: room was found for a

@@ -13,11 +13,25 @@ enum { NR_SIGNALED = 1, NR_FENCE = 2, NR_SOLICITED = 4, NR_INLINE = 8 };
 #define NR_MAX_CHAIN 64
 #define NR_MAX_SGE 512
 
+// nr_copy_sges appends n flat SGEs to sges at index at; it returns the new
+// count.
+static int nr_copy_sges(struct ibv_sge *sges, int at, const struct nr_sge *g, int n)
+{
+	int j;
+
+	for (j = 0; j < n; j++, at++) {
+		sges[at].addr = g[j].addr;
+		sges[at].length = g[j].length;
+		sges[at].lkey = g[j].lkey;
+	}
+	return at;
+}
+
 int nr_post_send(struct ibv_qp *qp, struct nr_swr *d, int n, struct nr_sge *s, int *bad)
 {
 	struct ibv_send_wr wrs[NR_MAX_CHAIN], *badwr = NULL;
 	struct ibv_sge sges[NR_MAX_SGE];
-	int i, j, nsge = 0, ret;
+	int i, nsge = 0, ret;
 
 	*bad = 0;
 	if (n <= 0)
@@ -34,13 +48,7 @@ int nr_post_send(struct ibv_qp *qp, struct nr_swr *d, int n, struct nr_sge *s, i
 				return E2BIG;
 			w->sg_list = &sges[nsge];
 			w->num_sge = d[i].num_sge;
-			for (j = 0; j < (int)d[i].num_sge; j++) {
-				struct nr_sge *g = &s[d[i].sge_first + j];
-				sges[nsge].addr = g->addr;
-				sges[nsge].length = g->length;
-				sges[nsge].lkey = g->lkey;
-				nsge++;
-			}
+			nsge = nr_copy_sges(sges, nsge, &s[d[i].sge_first], d[i].num_sge);
 		}
 		if (d[i].flags & NR_SIGNALED)
 			w->send_flags |= IBV_SEND_SIGNALED;
@@ -99,7 +107,7 @@ int nr_post_recv(struct ibv_qp *qp, struct nr_rwr *d, int n, struct nr_sge *s, i
 {
 	struct ibv_recv_wr wrs[NR_MAX_CHAIN], *badwr = NULL;
 	struct ibv_sge sges[NR_MAX_SGE];
-	int i, j, nsge = 0, ret;
+	int i, nsge = 0, ret;
 
 	*bad = 0;
 	if (n <= 0)
@@ -114,13 +122,7 @@ int nr_post_recv(struct ibv_qp *qp, struct nr_rwr *d, int n, struct nr_sge *s, i
 			return E2BIG;
 		wrs[i].sg_list = &sges[nsge];
 		wrs[i].num_sge = d[i].num_sge;
-		for (j = 0; j < (int)d[i].num_sge; j++) {
-			struct nr_sge *g = &s[d[i].sge_first + j];
-			sges[nsge].addr = g->addr;
-			sges[nsge].length = g->length;
-			sges[nsge].lkey = g->lkey;
-			nsge++;
-		}
+		nsge = nr_copy_sges(sges, nsge, &s[d[i].sge_first], d[i].num_sge);
 	}
 	ret = ibv_post_recv(qp, wrs, &badwr);
 	*bad = ret ? (int)(badwr ? badwr - wrs : 0) : n;
