@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -60,6 +61,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return err
 	})
 	if err != nil {
+		// The object the kernel looked up may be gone (removed, or renamed
+		// over, since): its entry goes, so that the VFS's retry of the
+		// open (once, on ESTALE) looks the name up again.
+		n.forgetIfStale(err)
 		return nil, 0, toErrno(err)
 	}
 	changed := n.setAttr(&a)
@@ -84,6 +89,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // reader, else pipelined READs (RFC 1813 §3.3.6) of rsize straight into the
 // kernel's buffer.
 func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	// The reader sees its own writes: those written behind land first.
+	f.n.drainWriteBehind()
 	var n int
 	var err error
 	if f.ra != nil {
@@ -100,6 +107,13 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // Write implements fs.FileWriter: WRITE (RFC 1813 §3.3.7) UNSTABLE, or
 // FILE_SYNC with Options.Sync; an UNSTABLE write is kept until a COMMIT
 // proves it durable, and COMMITted early once MaxDirty bytes wait.
+//
+// An UNSTABLE write of a buffered (not O_DIRECT) file is written behind:
+// it is answered once its WRITE is sent, so that a writer's successive
+// requests go out pipelined as the kernel client's page cache writes back
+// (up to Options.WriteBehind bytes in flight). Its failure is reported by
+// the next write, flush (close) or fsync; reads, SETATTR and COMMIT of the
+// file wait for it first.
 func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n := f.n
 	if n.fsys.opts.ReadOnly {
@@ -109,25 +123,121 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 	if n.fsys.opts.Sync || f.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
 		how = nfs3.FileSync
 	}
-	err := n.writeRange(data, off, how)
-	n.dataGen.Add(1)
+	var err error
+	if how == nfs3.Unstable && f.flags&syscall.O_DIRECT == 0 && n.fsys.writeBehind > 0 {
+		err = n.writeBehind(data, off)
+	} else {
+		err = n.writeRange(data, off, how, false)
+		n.dataGen.Add(1)
+	}
 	if err != nil {
 		return 0, toErrno(err)
 	}
 	n.mu.Lock()
-	over := n.ndirty > n.fsys.maxDirty
+	dirty := n.ndirty
 	n.mu.Unlock()
-	if over {
-		if err := n.commitDirty(); err != nil {
+	switch {
+	case dirty > 2*n.fsys.maxDirty:
+		// The COMMITs do not keep up with the writer: it waits for one.
+		if err := n.commitPending(); err != nil {
 			return 0, toErrno(err)
 		}
+	case dirty > n.fsys.maxDirty && n.commit.TryLock():
+		// COMMIT in the background while the writer goes on. A failure
+		// leaves the writes queued for the next COMMIT (by flush, fsync,
+		// close), which reports it.
+		go func() {
+			defer n.commit.Unlock()
+			if err := n.commitPendingLocked(); err != nil {
+				n.fsys.log.Debug("background COMMIT failed; the writes stay queued", "err", err)
+			}
+		}()
 	}
 	return uint32(len(data)), 0
 }
 
+// writeBehind copies data and WRITEs it UNSTABLE in the background (see
+// Write); it waits while Options.WriteBehind bytes are in flight, and
+// returns (and clears) the error of an earlier write behind.
+func (n *node) writeBehind(data []byte, off int64) error {
+	n.mu.Lock()
+	if n.wbDone == nil {
+		n.wbDone = sync.NewCond(&n.mu)
+	}
+	for n.wbBytes > 0 && n.wbBytes+len(data) > n.fsys.writeBehind && n.wbErr == nil {
+		n.wbDone.Wait()
+	}
+	if err := n.wbErr; err != nil {
+		n.wbErr = nil
+		n.mu.Unlock()
+		return err
+	}
+	n.wbBytes += len(data)
+	n.wbCalls++
+	n.mu.Unlock()
+	n.beginWrite(off, len(data)) // the kernel's size is past it from now on
+	buf := slices.Clone(data)
+	go func() {
+		err := n.writeRange(buf, off, nfs3.Unstable, true)
+		n.endWrite()
+		n.dataGen.Add(1)
+		n.mu.Lock()
+		n.wbBytes -= len(buf)
+		n.wbCalls--
+		if err != nil && n.wbErr == nil {
+			n.wbErr = err
+		}
+		n.wbDone.Broadcast()
+		n.mu.Unlock()
+	}()
+	return nil
+}
+
+// drainWriteBehind waits until every write behind of n has its reply; it
+// returns the error of one that failed, leaving it to be reported.
+func (n *node) drainWriteBehind() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for n.wbCalls > 0 {
+		n.wbDone.Wait()
+	}
+	return n.wbErr
+}
+
+// takeWriteBehindErr drains the writes behind and returns (and clears) the
+// error of one that failed.
+func (n *node) takeWriteBehindErr() error {
+	n.drainWriteBehind()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.wbErr
+	n.wbErr = nil
+	return err
+}
+
+// beginWrite and endWrite bracket WRITEs of [off, off+size): see
+// node.wrEnd.
+func (n *node) beginWrite(off int64, size int) {
+	n.mu.Lock()
+	n.wrInflight++
+	n.wrEnd = max(n.wrEnd, off+int64(size))
+	n.mu.Unlock()
+}
+
+func (n *node) endWrite() {
+	n.mu.Lock()
+	if n.wrInflight--; n.wrInflight == 0 {
+		n.wrEnd = 0
+	}
+	n.mu.Unlock()
+}
+
 // writeRange WRITEs data at off in WRITEs of at most wsize, until the server
-// took all of it, keeping copies of what it took UNSTABLE.
-func (n *node) writeRange(data []byte, off int64, how nfs3.StableHow) error {
+// took all of it, keeping copies of what it took UNSTABLE (data itself when
+// owned: the caller never reuses it).
+func (n *node) writeRange(data []byte, off int64, how nfs3.StableHow, owned bool) error {
+	n.beginWrite(off, len(data))
+	defer n.endWrite()
 	wsize := int(n.fsys.wsize)
 	for done := 0; done < len(data); {
 		chunk := data[done:min(len(data), done+wsize)]
@@ -145,7 +255,11 @@ func (n *node) writeRange(data []byte, off int64, how nfs3.StableHow) error {
 		}
 		if r.Committed == nfs3.Unstable {
 			n.mu.Lock()
-			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: slices.Clone(chunk[:r.Count]), verf: r.Verf})
+			kept := chunk[:r.Count]
+			if !owned {
+				kept = slices.Clone(kept)
+			}
+			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: kept, verf: r.Verf})
 			n.ndirty += int(r.Count)
 			n.mu.Unlock()
 		}
@@ -162,8 +276,22 @@ const maxCommitTries = 3
 // and resends FILE_SYNC each write whose verifier differs from the COMMIT's:
 // the server restarted and may have lost it.
 func (n *node) commitDirty() error {
+	werr := n.takeWriteBehindErr()
+	if err := n.commitPending(); err != nil {
+		return err
+	}
+	return werr
+}
+
+// commitPending is commitDirty once the writes behind have landed.
+func (n *node) commitPending() error {
 	n.commit.Lock()
 	defer n.commit.Unlock()
+	return n.commitPendingLocked()
+}
+
+// commitPendingLocked is commitPending with n.commit held.
+func (n *node) commitPendingLocked() error {
 	for try := 1; ; try++ {
 		n.mu.Lock()
 		pending := n.dirty
@@ -199,7 +327,7 @@ func (n *node) commitDirty() error {
 		for i, d := range lost {
 			// Writes the server takes UNSTABLE again are requeued by
 			// writeRange and committed on the next round.
-			if err := n.writeRange(d.data, d.off, nfs3.FileSync); err != nil {
+			if err := n.writeRange(d.data, d.off, nfs3.FileSync, true); err != nil {
 				n.requeue(lost[i+1:])
 				return err
 			}

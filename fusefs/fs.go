@@ -17,7 +17,16 @@
 //     UNSTABLE writes, resending them FILE_SYNC should the write verifier
 //     show the server lost them.
 //   - Reads of a sequential reader are read ahead in pipelined READs of
-//     rsize; FUSE requests are up to wsize (at most 1 MiB).
+//     rsize, up to the file's known size; FUSE requests are up to wsize
+//     (at most 1 MiB).
+//   - Writes are pipelined: a buffered file's UNSTABLE writes are written
+//     behind (answered once sent, up to Options.WriteBehind bytes in
+//     flight; a failure is reported by the next write, close or fsync, as
+//     the kernel client reports its write-back errors), and asynchronous
+//     direct I/O (libaio, io_uring) reaches the server as concurrent
+//     requests (FUSE's async DIO). Reads, SETATTR and COMMIT of a file
+//     wait for its writes behind; while WRITEs are in flight the file's
+//     size is never shown below their end.
 //   - Unlinking or renaming over a file that is still open renames it to
 //     .nfsXXXX instead (the NFS "silly rename") and removes it at the last
 //     close, so open files stay readable.
@@ -49,6 +58,7 @@ type FS struct {
 
 	rsize, wsize uint32
 	readAhead    int
+	writeBehind  int
 	maxDirty     int
 
 	root *node
@@ -100,6 +110,13 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 		f.readAhead = DefaultReadAhead
 	default:
 		f.readAhead = o.ReadAhead
+	}
+	switch {
+	case o.WriteBehind < 0:
+	case o.WriteBehind == 0:
+		f.writeBehind = DefaultWriteBehind
+	default:
+		f.writeBehind = max(o.WriteBehind, int(f.wsize))
 	}
 	f.maxDirty = o.MaxDirty
 	if f.maxDirty <= 0 {
@@ -155,12 +172,19 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		name = "nfsrdma"
 	}
 	mo := fuse.MountOptions{
-		AllowOther:        mc.AllowOther,
-		FsName:            mc.FsName,
-		Name:              name,
-		MaxWrite:          int(f.wsize), // and max_read: READs go out in rsize pieces anyway
-		MaxBackground:     64,
-		DisableXAttrs:     true,
+		AllowOther:    mc.AllowOther,
+		FsName:        mc.FsName,
+		Name:          name,
+		MaxWrite:      int(f.wsize), // and max_read: READs go out in rsize pieces anyway
+		MaxBackground: 64,
+		DisableXAttrs: true,
+		// Read replies are in memory: splicing them would copy them into
+		// a pipe first (and a 1 MiB reply does not fit one).
+		DisableSplice: true,
+		// Direct I/O (O_DIRECT) from an asynchronous submitter (libaio,
+		// io_uring) reaches the server as concurrent requests, pipelined
+		// over the transport, instead of one request at a time.
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO,
 		DirectMount:       mc.DirectMount,
 		DirectMountStrict: mc.DirectMountStrict,
 		Debug:             mc.Debug,

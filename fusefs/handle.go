@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"syscall"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
@@ -97,4 +98,23 @@ func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return err
 	})
 	return m, err
+}
+
+// forgetIfStale drops the kernel's dentry of n when err says n's object is
+// gone from the server (another client, or a rename over it, removed it),
+// so that the next path walk looks the name up again and finds the object
+// that has it now (the VFS retries an open that failed with ESTALE once).
+// Only for calls during which the kernel holds no directory lock (open):
+// the invalidation takes the parent's.
+func (n *node) forgetIfStale(err error) {
+	if !isStale(err) {
+		return
+	}
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	if errno := parent.NotifyEntry(name); errno != 0 && errno != syscall.ENOENT {
+		n.fsys.log.Debug("invalidating the entry of a stale handle", "name", name, "errno", errno)
+	}
 }

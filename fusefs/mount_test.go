@@ -57,13 +57,24 @@ type mounted struct {
 // DefaultOptions) and unmounts it when the test ends.
 func mountGoNFS(t testing.TB, srv *fusefstest.Server, opts *Options) *mounted {
 	t.Helper()
+	return mountGoNFSVia(t, srv, opts, nil)
+}
+
+// mountGoNFSVia is mountGoNFS with the TCP transport wrapped by wrap (nil:
+// as it is).
+func mountGoNFSVia(t testing.TB, srv *fusefstest.Server, opts *Options, wrap func(sunrpc.Transport) sunrpc.Transport) *mounted {
+	t.Helper()
 	requireFUSE(t)
 	ctx := testCtx(t)
 	tcp, err := sunrpc.DialTCP(ctx, net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &mounted{dir: t.TempDir(), metered: NewMeteredTransport(tcp)}
+	var tr sunrpc.Transport = tcp
+	if wrap != nil {
+		tr = wrap(tcp)
+	}
+	m := &mounted{dir: t.TempDir(), metered: NewMeteredTransport(tr)}
 	tgt, err := nfs3.Mount(ctx, srv.Host, "/", &nfs3.MountOptions{MountPort: srv.Port, Transport: m.metered})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,19 @@ type node struct {
 	silly  *sillyName   // set once unlinked while open
 	closed *sync.Cond   // broadcast when opens drops to 0 (see waitClosed)
 	commit sync.Mutex   // one COMMIT (and resend) at a time
+
+	// WRITEs in flight (see beginWrite): while any is, the server's
+	// attributes may predate some of them (replies overtake each other),
+	// so a size below wrEnd, the furthest end among them, is not believed.
+	wrInflight int
+	wrEnd      int64
+	// Write-behind (see writeBehind): bytes and calls accepted from the
+	// kernel and not yet answered by the server, the first error among
+	// them (reported by the next write, flush or fsync), and the condition
+	// signalled as they complete.
+	wbBytes, wbCalls int
+	wbErr            error
+	wbDone           *sync.Cond
 }
 
 // dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
@@ -80,7 +93,17 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	lo, hi := n.fsys.acBounds(a.Type)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.attrs.update(*a, n.fsys.now(), lo, hi)
+	v := *a
+	n.floorSize(&v)
+	return n.attrs.update(v, n.fsys.now(), lo, hi)
+}
+
+// floorSize raises a's size to the end of the WRITEs in flight (see
+// node.wrEnd); n.mu is held.
+func (n *node) floorSize(a *nfs3.Attr) {
+	if n.wrInflight > 0 && int64(a.Size) < n.wrEnd {
+		a.Size = uint64(n.wrEnd)
+	}
 }
 
 // setWcc applies an operation's wcc_data: the post-operation attributes, or
@@ -106,6 +129,7 @@ func (n *node) getattr(force bool) (nfs3.Attr, time.Duration, error) {
 		n.mu.Lock()
 		left, ok := n.attrs.fresh(n.fsys.now())
 		a := n.attrs.attr
+		n.floorSize(&a)
 		n.mu.Unlock()
 		if ok {
 			return a, left, nil
@@ -131,7 +155,9 @@ func (n *node) cached() (nfs3.Attr, time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	left, _ := n.attrs.fresh(n.fsys.now())
-	return n.attrs.attr, max(left, 0)
+	a := n.attrs.attr
+	n.floorSize(&a)
+	return a, max(left, 0)
 }
 
 // fillOut fills FUSE attributes from a, hiding the extra link an unlinked
@@ -211,7 +237,18 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	a, timeo, err := n.getattr(false)
 	if err != nil {
-		return toErrno(err)
+		n.mu.Lock()
+		open := n.opens > 0
+		n.mu.Unlock()
+		if !isStale(err) || !open {
+			return toErrno(err)
+		}
+		// Open, and gone from the server (removed or renamed over by
+		// another client, or by this one in a race with the open): an
+		// unlinked open file, its last attributes with no link left.
+		a, _ = n.cached()
+		a.Nlink = 0
+		timeo = 0
 	}
 	n.fillOut(&out.Attr, &a)
 	out.SetTimeout(timeo)
@@ -243,6 +280,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if s == (nfs3.SetAttr{}) {
 		return n.Getattr(ctx, f, out)
 	}
+	// Writes behind land first: a later one would undo a truncation or
+	// an explicit mtime.
+	n.drainWriteBehind()
 	if truncate {
 		// Writes still uncommitted must not be resent over the truncation.
 		if err := n.commitDirty(); err != nil {

@@ -36,6 +36,12 @@ type Options struct {
 	// before it COMMITs on its own; 0 means DefaultMaxDirty.
 	MaxDirty int
 
+	// WriteBehind bounds the bytes of UNSTABLE writes of a buffered file
+	// in flight, answered to the kernel before the server's reply (see
+	// the package doc); 0 means DefaultWriteBehind, negative writes each
+	// one synchronously.
+	WriteBehind int
+
 	// ReadOnly refuses every change with EROFS (nfs(5) ro).
 	ReadOnly bool
 
@@ -45,12 +51,13 @@ type Options struct {
 
 // Defaults, as nfs(5) gives them for the attribute cache.
 const (
-	DefaultAcRegMin  = 3 * time.Second
-	DefaultAcRegMax  = 60 * time.Second
-	DefaultAcDirMin  = 30 * time.Second
-	DefaultAcDirMax  = 60 * time.Second
-	DefaultReadAhead = 8 << 20
-	DefaultMaxDirty  = 32 << 20
+	DefaultAcRegMin    = 3 * time.Second
+	DefaultAcRegMax    = 60 * time.Second
+	DefaultAcDirMin    = 30 * time.Second
+	DefaultAcDirMax    = 60 * time.Second
+	DefaultReadAhead   = 8 << 20
+	DefaultMaxDirty    = 32 << 20
+	DefaultWriteBehind = 16 << 20
 	// MaxFUSEIO is the largest READ or WRITE request the Linux kernel
 	// sends a FUSE server (256 pages).
 	MaxFUSEIO = 1 << 20

@@ -47,9 +47,19 @@ func (ra *readAhead) read(dest []byte, off int64) (int, error) {
 	first, last := off/size, (off+int64(len(dest))-1)/size
 	gen := n.dataGen.Load()
 
+	// The file's size as last known: no segment is read ahead past it (a
+	// reader going further reads directly).
+	n.mu.Lock()
+	size0 := int64(n.attrs.attr.Size)
+	n.mu.Unlock()
+
 	ra.mu.Lock()
 	_, known := ra.segs[first]
-	if off != ra.next && !known {
+	// Concurrent requests of one sequential reader (asynchronous direct
+	// I/O, the kernel's own read-ahead) arrive a little out of order:
+	// within the window of the reader's position they are sequential.
+	near := off >= ra.next-int64(ra.maxSegs)*size && off <= ra.next+int64(ra.maxSegs)*size
+	if !near && !known {
 		// Random access: forget the window and read directly.
 		clear(ra.segs)
 		ra.depth = 0
@@ -63,13 +73,15 @@ func (ra *readAhead) read(dest []byte, off int64) (int, error) {
 		ra.eof = -1 // the file may have grown since
 	}
 	for i := range ra.segs {
-		if i < first {
+		// Segments a window behind: concurrent requests for the ones just
+		// behind this may still be on their way.
+		if i < first-int64(ra.maxSegs) {
 			delete(ra.segs, i)
 		}
 	}
 	need := make([]*segment, 0, last-first+1)
 	for i := first; i <= last+int64(ra.depth); i++ {
-		if i > last && ra.eof >= 0 && i*size >= ra.eof {
+		if i > last && (ra.eof >= 0 && i*size >= ra.eof || i*size >= size0) {
 			break // nothing to read ahead past the end
 		}
 		s := ra.segs[i]

@@ -34,6 +34,10 @@ type Guest struct {
 	// SkipReferences makes Compare measure only nfsrdma's side: no
 	// perftest, no kernel client (tests on sim).
 	SkipReferences bool
+	// MountBinary is nfsrdma-mount; when set, Compare also measures fio
+	// through it (mounted at FUSEMount, default Mount+"-fuse") beside the
+	// kernel client's fio.
+	MountBinary, FUSEMount string
 
 	series []*series // Compare's figures, one value per round
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -284,8 +285,10 @@ func (f *ourFile) close(ctx context.Context) {
 //	ib_write_bw -n; our RDMA WRITE stream; READs through xprt (the server
 //	RDMA-WRITEs), copied to the caller's memory and zero-copy
 //	ib_read_bw -n; WRITEs through xprt (the server RDMA-READs)
-//	fio seq-write on the kernel client; our NFS client's WriteAt
-//	fio seq-read on the kernel client; our ReadAt
+//	fio seq-write on the kernel client; our NFS client's WriteAt; with
+//	MountBinary, the same fio through nfsrdma-mount
+//	fio seq-read on the kernel client; our ReadAt; fio through
+//	nfsrdma-mount
 //
 // Each figure is the median of its rounds. ib_send_bw runs once, before
 // the rounds. Ratios are added at the end. With SkipReferences (tests on
@@ -343,6 +346,17 @@ func (g *Guest) Compare(ctx context.Context) {
 		defer unmount()
 		kernelFile = filepath.Join(g.Mount, "fio-compare")
 	}
+	fuseFile := ""
+	if g.MountBinary != "" && !g.SkipReferences {
+		f, unmount, err := g.mountFUSE(ctx, p)
+		if err != nil {
+			g.fail("nfsrdma-mount", err)
+		} else {
+			defer unmount()
+			defer os.Remove(f)
+			fuseFile = f
+		}
+	}
 
 	clock := ClockCost()
 	spinNote := "busy-polling"
@@ -354,7 +368,10 @@ func (g *Guest) Compare(ctx context.Context) {
 		g.roundLatency(ctx, round, p, ap, clock, spinNote, xf)
 		g.roundWriteChunks(ctx, round, p, ap, xf)
 		g.roundReadChunks(ctx, round, p, xf)
-		g.roundNFS(ctx, round, p, nf, buf, kernelFile)
+		g.roundNFS(ctx, round, p, nf, buf, kernelFile, fuseFile)
+	}
+	if fuseFile != "" {
+		g.noteMountStats(ctx)
 	}
 	if kernelFile != "" {
 		command(context.WithoutCancel(ctx), "rm", "-f", kernelFile)
@@ -516,18 +533,13 @@ func (g *Guest) rpcStream(ctx context.Context, round int, p Plan, xf *ourFile, w
 	g.record(GroupXprt, name, "MiB/s", note, bw)
 }
 
-// roundNFS: fio seq-write on the kernel client, our WriteAt; fio seq-read,
-// our ReadAt.
-func (g *Guest) roundNFS(ctx context.Context, round int, p Plan, nf *ourFile, buf []byte, kernelFile string) {
+// roundNFS: fio seq-write on the kernel client, our WriteAt, the same fio
+// through nfsrdma-mount (when fuseFile is set); fio seq-read, our ReadAt,
+// fio through nfsrdma-mount.
+func (g *Guest) roundNFS(ctx context.Context, round int, p Plan, nf *ourFile, buf []byte, kernelFile, fuseFile string) {
 	for _, write := range []bool{true, false} {
 		if kernelFile != "" {
-			j := p.kernelJob(write)
-			g.logf("kernel: fio %s", j.Name)
-			if m, err := g.fioJob(ctx, kernelFile, j); err != nil {
-				g.fail("kernel fio "+j.Name, err)
-			} else {
-				g.record(GroupKernel, j.Name, m.Unit, "direct, libaio", m.Value)
-			}
+			g.kernelRound(ctx, p, write, kernelFile)
 		}
 		name := p.seqName(write)
 		g.logf("nfs3: %s", name)
@@ -538,9 +550,12 @@ func (g *Guest) roundNFS(ctx context.Context, round int, p Plan, nf *ourFile, bu
 		})
 		if err != nil {
 			g.fail("nfs3 "+name, err)
-			continue
+		} else {
+			g.record(GroupNFS, name, "MiB/s", fmt.Sprintf("window %d, whole file per call", nfs3.DefaultWindow), bw)
 		}
-		g.record(GroupNFS, name, "MiB/s", fmt.Sprintf("window %d, whole file per call", nfs3.DefaultWindow), bw)
+		if fuseFile != "" {
+			g.fuseRound(ctx, p, write, fuseFile)
+		}
 	}
 }
 
@@ -568,4 +583,7 @@ func (g *Guest) Ratios() {
 	r.AddRatio("xprt WRITE bw (/ ib_read_bw)", [2]string{GroupXprt, p.rpcName(true)}, pt("ib_read_bw 64KiB"), "higher", 0.9)
 	r.AddRatio("nfs3 seq read (ReadAt / kernel fio)", [2]string{GroupNFS, p.seqName(false)}, kn(false), "higher", 1.0)
 	r.AddRatio("nfs3 seq write (WriteAt / kernel fio)", [2]string{GroupNFS, p.seqName(true)}, kn(true), "higher", 1.0)
+	if g.MountBinary != "" && !g.SkipReferences {
+		g.fuseRatios()
+	}
 }

@@ -7,7 +7,9 @@
 // rounds in which nfsrdma itself — its verbs layer over rxe0, its transport
 // to knfsd, its NFS client — is measured right after each reference
 // (perftest, fio on the kernel client); each ratio is the median of the
-// rounds' own ratios.
+// rounds' own ratios. With -nfsrdma-mount, the rounds also run the kernel
+// client's fio jobs through that mount helper's FUSE mount; -fuse-only runs
+// just those pairs.
 package main
 
 import (
@@ -28,6 +30,8 @@ func main() {
 	cmpSize := flag.Int("compare-size", 64, "with -full: file size in MiB of the NFS-level comparisons")
 	passes := flag.Int("passes", 2, "with -full: times each comparison covers its file")
 	rounds := flag.Int("rounds", 3, "with -full: rounds of paired measurements (figures are their medians)")
+	mountBin := flag.String("nfsrdma-mount", "", "with -full or -fuse-only: the nfsrdma-mount binary, to measure fio through it beside the kernel client")
+	fuseOnly := flag.Bool("fuse-only", false, "measure only fio through nfsrdma-mount beside the kernel client (paired rounds, ratios)")
 	flag.Parse()
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "benchguest runs inside the test-bed guest: use 'testbed bench-baseline' or 'testbed bench'")
@@ -37,7 +41,13 @@ func main() {
 	r := &bench.Report{When: time.Now().UTC(), Kernel: bench.KernelVersion()}
 	g := &bench.Guest{Server: os.Getenv("TESTBED_SERVER"), Device: os.Getenv("TESTBED_DEVICE"), Export: os.Getenv("TESTBED_EXPORT"),
 		Mount: "/mnt/kernel-nfs", FileMiB: *size, Log: os.Stdout, Report: r}
-	if !*full {
+	g.MountBinary = *mountBin
+	if *fuseOnly {
+		g.Plan = bench.DefaultPlan()
+		g.Plan.FileMiB, g.Plan.Passes, g.Plan.Rounds = *cmpSize, *passes, *rounds
+		r.Note("plan of the paired rounds: %+v", g.Plan)
+		g.CompareFUSE(ctx)
+	} else if !*full {
 		g.Perftest(ctx)
 		g.KernelNFS(ctx)
 	} else {

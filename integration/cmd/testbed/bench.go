@@ -64,6 +64,15 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	if err := build.Run(); err != nil {
 		return 1, fmt.Errorf("%s: building the guest program: %w", cmd, err)
 	}
+	if full {
+		// The mount helper, for fio through nfsrdma-mount beside the
+		// kernel client.
+		build := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, ".bin", "nfsrdma-mount"), "github.com/nfsrdma/nfsrdma/cmd/nfsrdma-mount")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return 1, fmt.Errorf("%s: building nfsrdma-mount: %w", cmd, err)
+		}
+	}
 	img, err := testbed.Build(ctx, os.Stderr)
 	if err != nil {
 		return 1, err
@@ -72,7 +81,8 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	os.Remove(jsonPath) // never mistake an old report for this run's
 	gargs := []string{filepath.Join(rel, ".bin", "benchguest"), "-out", filepath.Join(rel, report+".json"), "-size", fmt.Sprint(*size)}
 	if full {
-		gargs = append(gargs, "-full", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds))
+		gargs = append(gargs, "-full", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
+			"-nfsrdma-mount", filepath.Join(rel, ".bin", "nfsrdma-mount"))
 	}
 	// The guest's vCPUs are host threads: a busy host skews every figure,
 	// so the report says how busy it was.
