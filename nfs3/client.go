@@ -602,32 +602,31 @@ func (c *Client) ReadDirPlusAll(ctx context.Context, dir FileHandle) ([]DirEntry
 
 // Fsstat returns dynamic file system information (FSSTAT, RFC 1813 §3.3.18).
 func (c *Client) Fsstat(ctx context.Context, fh FileHandle) (FSStat, error) {
-	if err := checkFH(fh); err != nil {
-		return FSStat{}, err
-	}
-	var r FSStat
-	err := c.call(ctx, ProcFsstat, small(appendFH(nil, fh)), &r)
-	return r, err
+	return callFH[FSStat](ctx, c, ProcFsstat, fh)
 }
 
 // Fsinfo returns static file system information (FSINFO, RFC 1813 §3.3.19).
 func (c *Client) Fsinfo(ctx context.Context, fh FileHandle) (FSInfo, error) {
-	if err := checkFH(fh); err != nil {
-		return FSInfo{}, err
-	}
-	var r FSInfo
-	err := c.call(ctx, ProcFsinfo, small(appendFH(nil, fh)), &r)
-	return r, err
+	return callFH[FSInfo](ctx, c, ProcFsinfo, fh)
 }
 
 // Pathconf returns POSIX information about fh's file system (PATHCONF,
 // RFC 1813 §3.3.20).
 func (c *Client) Pathconf(ctx context.Context, fh FileHandle) (PathConf, error) {
+	return callFH[PathConf](ctx, c, ProcPathconf, fh)
+}
+
+// callFH calls a procedure whose only argument is fh and whose small
+// result decodes into a T.
+func callFH[T any, PT interface {
+	*T
+	resultDecoder
+}](ctx context.Context, c *Client, proc uint32, fh FileHandle) (T, error) {
+	var r T
 	if err := checkFH(fh); err != nil {
-		return PathConf{}, err
+		return r, err
 	}
-	var r PathConf
-	err := c.call(ctx, ProcPathconf, small(appendFH(nil, fh)), &r)
+	err := c.call(ctx, proc, small(appendFH(nil, fh)), PT(&r))
 	return r, err
 }
 
