@@ -208,14 +208,18 @@ func (n *node) waitClosed(d time.Duration) bool {
 	if n.closed == nil {
 		n.closed = sync.NewCond(&n.mu)
 	}
+	// The timer's wake-up ends the wait: a deadline read from the clock
+	// could still lie ahead when the timer fires, and no second wake-up
+	// would come (the open file's holder may be the caller of this wait).
+	expired := false
 	timer := time.AfterFunc(d, func() {
 		n.mu.Lock()
+		expired = true
 		n.closed.Broadcast()
 		n.mu.Unlock()
 	})
 	defer timer.Stop()
-	deadline := time.Now().Add(d)
-	for n.opens > 0 && time.Now().Before(deadline) {
+	for n.opens > 0 && !expired {
 		n.closed.Wait()
 	}
 	return n.opens == 0

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -112,27 +114,151 @@ func waitNoServer(t *testing.T, bin string) {
 }
 
 // mountNFSRDMA mounts the export over RDMA with nfsrdma-mount at a new
-// directory and unmounts it when the test ends.
+// directory and unmounts it when the test ends. The server runs as this
+// test's child (the same -f --ready-fd path the daemon takes) with -v and
+// its log in a file, so that a test that hangs on the mount fails with the
+// server's goroutines and log instead of stalling the guest: see
+// watchMount. The daemon path itself is tested by TestMountCycles.
 func mountNFSRDMA(t *testing.T, bin string, opts ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	o := append([]string{"vers=3", "proto=rdma", "port=20049"}, opts...)
-	if code, out := runCmd(t, bin, "-o", strings.Join(o, ","), exportSpec, dir); code != 0 {
-		t.Fatalf("nfsrdma-mount: exit %d: %s", code, out)
+	logf, err := os.Create(filepath.Join(t.TempDir(), "nfsrdma-mount.log"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-f", "-v", "--ready-fd=3", "-o", strings.Join(o, ","), exportSpec, dir)
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	r.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if strings.TrimSpace(line) != "ready" {
+		<-exited
+		t.Fatalf("nfsrdma-mount: %s\n%s", strings.TrimSpace(line), readLog(logf.Name()))
+	}
+	ms := &mountedServer{dir: dir, cmd: cmd, log: logf.Name(), exited: exited}
 	t.Cleanup(func() {
-		if mountType(t, dir) == "" {
-			return
+		defer logf.Close()
+		if mountType(t, dir) != "" {
+			if code, out := runCmd(t, bin, "-u", dir); code != 0 {
+				t.Errorf("nfsrdma-mount -u %s: exit %d: %s", dir, code, out)
+				exec.Command("umount", "-l", dir).Run()
+			}
 		}
-		if code, out := runCmd(t, bin, "-u", dir); code != 0 {
-			t.Errorf("nfsrdma-mount -u %s: exit %d: %s", dir, code, out)
-			exec.Command("umount", "-l", dir).Run()
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("nfsrdma-mount server: %v\n%s", err, readLog(ms.log))
+			}
+		case <-time.After(30 * time.Second):
+			ms.dump(t, "still running 30 s after its unmount")
+			cmd.Process.Kill()
+			<-exited
 		}
 	})
 	if typ := mountType(t, dir); typ != "fuse.nfsrdma" {
 		t.Fatalf("%s is mounted as %q, want fuse.nfsrdma", dir, typ)
 	}
+	mounted[dir] = ms
+	t.Cleanup(func() { delete(mounted, dir) })
+	t.Cleanup(watchMount(t, dir, 15*time.Minute))
 	return dir
+}
+
+// mountedServer is an nfsrdma-mount server run by mountNFSRDMA.
+type mountedServer struct {
+	dir    string
+	cmd    *exec.Cmd
+	log    string
+	exited chan error
+}
+
+// mounted maps the mount points of running servers to them (tests that
+// mount run one at a time).
+var mounted = map[string]*mountedServer{}
+
+// dump asks the server for its goroutines (SIGQUIT makes the Go runtime
+// print them and exit) and logs them with the server's log.
+func (ms *mountedServer) dump(t *testing.T, why string) {
+	ms.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-ms.exited:
+	case <-time.After(10 * time.Second):
+	}
+	t.Errorf("nfsrdma-mount on %s: %s; its log and goroutines:\n%s", ms.dir, why, readLog(ms.log))
+}
+
+// watchMount fails t, with the server's goroutines and log, if the
+// returned stop is not called within d; it then aborts the FUSE
+// connection, so that whatever is blocked on the mount returns ENOTCONN
+// and the suite goes on.
+func watchMount(t *testing.T, dir string, d time.Duration) (stop func()) {
+	ms := mounted[dir]
+	done := make(chan struct{})
+	fired := make(chan struct{})
+	go func() {
+		defer close(fired)
+		select {
+		case <-done:
+			return
+		case <-time.After(d):
+		}
+		if ms == nil {
+			return
+		}
+		if _, err := os.Stat("/sys/fs/fuse/connections"); err == nil {
+			exec.Command("mount", "-t", "fusectl", "fusectl", "/sys/fs/fuse/connections").Run() // mounted already: fails, harmless
+		}
+		conn := fuseConnection(dir) // before the dump: the server's exit unmounts nothing
+		ms.dump(t, fmt.Sprintf("%s did not finish within %v", t.Name(), d))
+		if conn != "" {
+			os.WriteFile(filepath.Join("/sys/fs/fuse/connections", conn, "abort"), []byte("1"), 0)
+		}
+	}()
+	return func() {
+		close(done)
+		<-fired
+	}
+}
+
+// fuseConnection returns the name of dir's FUSE connection under
+// /sys/fs/fuse/connections (its device's minor number), read from
+// mountinfo: a stat of a hung mount would hang too.
+func fuseConnection(dir string) string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == dir {
+			if _, minor, ok := strings.Cut(f[2], ":"); ok {
+				return minor
+			}
+		}
+	}
+	return ""
+}
+
+// readLog returns the tail of a server log.
+func readLog(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	const max = 256 << 10
+	if len(b) > max {
+		b = append([]byte("...\n"), b[len(b)-max:]...)
+	}
+	return string(b)
 }
 
 // mountKernel mounts the export with the kernel's own NFS/RDMA client.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
 )
@@ -68,6 +69,7 @@ func TestPosix(t *testing.T) {
 			if err := os.Mkdir(sub, 0o755); err != nil {
 				t.Fatal(err)
 			}
+			defer watchMount(t, dir, 3*time.Minute)()
 			posixtest.All[name](t, sub)
 		})
 	}
