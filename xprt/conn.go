@@ -147,9 +147,13 @@ func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
 	}
 	priv := rpcrdma.PrivateData{RemoteInvalidation: t.reg.RemoteInvalidationOK(), SendSize: uint32(cfg.Inline), RecvSize: uint32(cfg.Inline)}
 	peer, err := ep.Connect(ctx, verbs.ConnParam{PrivateData: priv.Append(nil),
-		// The server RDMA-READs Read chunks from us: offer responder
-		// resources (rxe needs > 0).
-		ResponderResources: min(16, max(dev.Attr().MaxQPRdAtom, 1)), InitiatorDepth: min(16, max(dev.Attr().MaxQPRdAtom, 1)),
+		// The server RDMA-READs Read chunks from us: offer all the
+		// responder resources the device has (rxe needs > 0). They bound
+		// the server's RDMA READs in flight on the connection, and a
+		// 1 MiB WRITE alone is 8 of them with knfsd on rxe (128 KiB
+		// each): 16 would let only two WRITEs' data move at once.
+		// The client itself never RDMA-READs.
+		ResponderResources: min(255, max(dev.Attr().MaxQPRdAtom, 1)), InitiatorDepth: 0,
 		RetryCount: 7, RNRRetryCount: 7})
 	if err != nil {
 		return nil, err

@@ -39,7 +39,8 @@ type Guest struct {
 	// kernel client's fio.
 	MountBinary, FUSEMount string
 
-	series []*series // Compare's figures, one value per round
+	series  []*series // Compare's figures, one value per round
+	latFile string    // the kernel client's file of small-READ latency
 }
 
 func (g *Guest) logf(format string, args ...any) {
@@ -105,9 +106,14 @@ func (g *Guest) perftestOnce(ctx context.Context, tool string, args ...string) (
 }
 
 // perftestBW runs one bandwidth tool at 64 KiB (extra: more flags, such as
-// -n) and returns MiB/s.
+// -n) and returns its average bandwidth in MiB/s.
 func (g *Guest) perftestBW(ctx context.Context, tool string, extra ...string) (float64, error) {
-	out, err := g.perftest(ctx, tool, append([]string{"-s", "65536"}, extra...)...)
+	return g.perftestBWSize(ctx, tool, 64<<10, extra...)
+}
+
+// perftestBWSize is perftestBW with messages of size bytes.
+func (g *Guest) perftestBWSize(ctx context.Context, tool string, size int, extra ...string) (float64, error) {
+	out, err := g.perftest(ctx, tool, append([]string{"-s", fmt.Sprint(size)}, extra...)...)
 	if err != nil {
 		return 0, err
 	}
@@ -196,6 +202,20 @@ func fioLayout(ctx context.Context, file string, sizeMiB int) error {
 	_, err := command(ctx, "fio", "--name=prefill", "--filename="+file, "--rw=write", "--bs=1M",
 		fmt.Sprintf("--size=%dM", sizeMiB), "--direct=1", "--ioengine=libaio", "--iodepth=16", "--output-format=json")
 	return err
+}
+
+// kernelReadLatency runs fio's 4 KiB randread at iodepth 1 (psync, direct)
+// on file for seconds and returns its latency, submission included.
+func kernelReadLatency(ctx context.Context, file string, sizeMiB, seconds int) (FioLatency, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+fioSlack)
+	defer cancel()
+	out, err := command(ctx, "fio", "--name=lat", "--filename="+file, "--rw=randread", "--bs=4k",
+		fmt.Sprintf("--size=%dM", sizeMiB), "--direct=1", "--ioengine=psync", "--iodepth=1",
+		fmt.Sprintf("--runtime=%d", seconds), "--time_based", "--randrepeat=0", "--lat_percentiles=1", "--output-format=json")
+	if err != nil {
+		return FioLatency{}, err
+	}
+	return ParseFioLatency([]byte(out))
 }
 
 // fioJob runs one job on file and returns its figure: MiB/s, or IOPS for

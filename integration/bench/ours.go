@@ -40,11 +40,11 @@ type Plan struct {
 	Passes                       int  // times each comparison covers its file (fio --loops)
 }
 
-// DefaultPlan is what `testbed bench` runs: about four minutes of guest
+// DefaultPlan is what `testbed bench` runs: about seven minutes of guest
 // time beyond the kernel baseline.
 func DefaultPlan() Plan {
 	return Plan{
-		Rounds:  3,
+		Rounds:  5,
 		LatSize: 2, LatWarmup: 100, LatIters: 1000,
 		BWSize: 64 << 10, BWDepth: 64, BWIters: 2000, Spin: true,
 		NullWarmup: 50, NullIters: 1000,
@@ -93,6 +93,9 @@ func (p Plan) rpcName(write bool) string {
 		op = "WRITE"
 	}
 	return fmt.Sprintf("%s %s qd%d", op, sizeName(p.IOSize), p.Outstanding)
+}
+func (p Plan) shapedName(tool string) string {
+	return fmt.Sprintf("%s %s qd%d", tool, sizeName(p.IOSize), p.Outstanding)
 }
 func (p Plan) seqName(write bool) string {
 	op := "ReadAt"
@@ -345,6 +348,13 @@ func (g *Guest) Compare(ctx context.Context) {
 		}
 		defer unmount()
 		kernelFile = filepath.Join(g.Mount, "fio-compare")
+		lat := filepath.Join(g.Mount, "fio-latency")
+		if err := fioLayout(ctx, lat, latFileMiB); err != nil {
+			g.fail("kernel latency file", err)
+		} else {
+			g.latFile = lat
+			defer command(context.WithoutCancel(ctx), "rm", "-f", lat)
+		}
 	}
 	fuseFile := ""
 	if g.MountBinary != "" && !g.SkipReferences {
@@ -447,7 +457,35 @@ func (g *Guest) roundLatency(ctx context.Context, round int, p Plan, ap netip.Ad
 	g.record(GroupXprt, "NULL round trip typical", "us", note, us(lat.Median()))
 	g.record(GroupXprt, "NULL round trip avg", "us", note, us(lat.Mean()))
 	g.record(GroupXprt, "NULL round trip p99", "us", note, us(lat.Percentile(99)))
+
+	// A small READ, beside the kernel client's: the same knfsd work and
+	// wake-ups at the server, so this is the fair latency reference.
+	if g.latFile != "" {
+		g.logf("kernel: fio randread 4KiB qd1 for %d s", latSeconds)
+		if kl, err := kernelReadLatency(ctx, g.latFile, latFileMiB, latSeconds); err != nil {
+			g.fail("kernel fio randread 4KiB qd1", err)
+		} else {
+			note := "fio randread, psync, direct: submission to completion"
+			g.record(GroupKernel, "rand-read 4KiB qd1 latency typical", "us", note, us(kl.Median))
+			g.record(GroupKernel, "rand-read 4KiB qd1 latency avg", "us", note, us(kl.Mean))
+		}
+	}
+	g.logf("xprt: READ 4KiB x%d, one at a time", p.NullIters)
+	rl, err := ReadLatency(sctx, xf.Client, xf.fh, 4096, p.FileMiB<<20, p.NullWarmup, p.NullIters)
+	if err != nil {
+		g.fail("xprt READ 4KiB latency", err)
+		return
+	}
+	note = "nfs3.Client.Read at random offsets, one at a time"
+	g.record(GroupXprt, "READ 4KiB round trip typical", "us", note, us(rl.Median()))
+	g.record(GroupXprt, "READ 4KiB round trip avg", "us", note, us(rl.Mean()))
 }
+
+// The kernel client's small-READ latency file and run.
+const (
+	latFileMiB = 16
+	latSeconds = 8
+)
 
 // roundWriteChunks: ib_write_bw, our RDMA WRITE stream, READs through xprt
 // (their data comes back by RDMA WRITE).
@@ -459,6 +497,7 @@ func (g *Guest) roundWriteChunks(ctx context.Context, round int, p Plan, ap neti
 		} else {
 			g.record(GroupPerftest, "ib_write_bw 64KiB", "MiB/s", fmt.Sprintf("-n %d", p.BWIters), bw)
 		}
+		g.perftestShaped(ctx, p, "ib_write_bw")
 	}
 	modes := []bool{p.Spin}
 	if round == 0 {
@@ -496,8 +535,24 @@ func (g *Guest) roundReadChunks(ctx context.Context, round int, p Plan, xf *ourF
 		} else {
 			g.record(GroupPerftest, "ib_read_bw 64KiB", "MiB/s", fmt.Sprintf("-n %d", p.BWIters), bw)
 		}
+		g.perftestShaped(ctx, p, "ib_read_bw")
 	}
 	g.rpcStream(ctx, round, p, xf, true, false)
+}
+
+// perftestShaped runs tool in the shape of the transport's streams: messages
+// of Plan.IOSize, Plan.Outstanding in flight (-t), as many bytes as a
+// stream moves.
+func (g *Guest) perftestShaped(ctx context.Context, p Plan, tool string) {
+	name := p.shapedName(tool)
+	iters := max(p.FileMiB<<20*p.Passes/p.IOSize, 16)
+	g.logf("%s -n %d", name, iters)
+	bw, err := g.perftestBWSize(ctx, tool, p.IOSize, "-t", fmt.Sprint(p.Outstanding), "-n", fmt.Sprint(iters))
+	if err != nil {
+		g.fail(name, err)
+		return
+	}
+	g.record(GroupPerftest, name, "MiB/s", fmt.Sprintf("-t %d -n %d: the shape of the transport's streams", p.Outstanding, iters), bw)
 }
 
 // rpcStream runs READs or WRITEs through xprt; borrow makes each READ land
@@ -578,9 +633,18 @@ func (g *Guest) Ratios() {
 		r.AddRatio("verbs latency typical, CQ events (ping-pong / ib_send_lat -e)", [2]string{GroupVerbs, p.latName("typical") + " (CQ events)"}, pt("ib_send_lat -e typical"), "lower", 1.2)
 		r.AddRatio("xprt NULL RTT typical (/ ib_send_lat -e round trip)", [2]string{GroupXprt, "NULL round trip typical"}, pt("ib_send_lat -e typical round trip"), "lower", 1.2)
 	}
-	r.AddRatio("xprt READ bw (/ ib_write_bw)", [2]string{GroupXprt, p.rpcName(false)}, pt("ib_write_bw 64KiB"), "higher", 0.9)
-	r.AddRatio("xprt READ zero-copy bw (/ ib_write_bw)", [2]string{GroupXprt, p.rpcName(false) + " zero-copy"}, pt("ib_write_bw 64KiB"), "higher", 0.9)
-	r.AddRatio("xprt WRITE bw (/ ib_read_bw)", [2]string{GroupXprt, p.rpcName(true)}, pt("ib_read_bw 64KiB"), "higher", 0.9)
+	// The transport's streams against perftest in their own shape (1 MiB,
+	// 16 in flight) and at perftest's 64 KiB.
+	for _, ref := range []struct{ write, read string }{
+		{p.shapedName("ib_write_bw"), p.shapedName("ib_read_bw")},
+		{"ib_write_bw 64KiB", "ib_read_bw 64KiB"},
+	} {
+		r.AddRatio("xprt READ bw (/ "+ref.write+")", [2]string{GroupXprt, p.rpcName(false)}, pt(ref.write), "higher", 0.9)
+		r.AddRatio("xprt READ zero-copy bw (/ "+ref.write+")", [2]string{GroupXprt, p.rpcName(false) + " zero-copy"}, pt(ref.write), "higher", 0.9)
+		r.AddRatio("xprt WRITE bw (/ "+ref.read+")", [2]string{GroupXprt, p.rpcName(true)}, pt(ref.read), "higher", 0.9)
+	}
+	r.AddRatio("xprt READ 4KiB latency typical (/ kernel client fio qd1)", [2]string{GroupXprt, "READ 4KiB round trip typical"}, [2]string{GroupKernel, "rand-read 4KiB qd1 latency typical"}, "lower", 1.0)
+	r.AddRatio("xprt READ 4KiB latency avg (/ kernel client fio qd1)", [2]string{GroupXprt, "READ 4KiB round trip avg"}, [2]string{GroupKernel, "rand-read 4KiB qd1 latency avg"}, "lower", 1.0)
 	r.AddRatio("nfs3 seq read (ReadAt / kernel fio)", [2]string{GroupNFS, p.seqName(false)}, kn(false), "higher", 1.0)
 	r.AddRatio("nfs3 seq write (WriteAt / kernel fio)", [2]string{GroupNFS, p.seqName(true)}, kn(true), "higher", 1.0)
 	if g.MountBinary != "" && !g.SkipReferences {

@@ -80,7 +80,11 @@ func TestOursOnSim(t *testing.T) {
 	for _, m := range append(sendLatMeasures("ib_send_lat", 1, 1),
 		Measure{Group: GroupPerftest, Name: "ib_write_bw 64KiB", Value: 1},
 		Measure{Group: GroupPerftest, Name: "ib_read_bw 64KiB", Value: 1},
+		Measure{Group: GroupPerftest, Name: p.shapedName("ib_write_bw"), Value: 1},
+		Measure{Group: GroupPerftest, Name: p.shapedName("ib_read_bw"), Value: 1},
 		Measure{Group: GroupKernel, Name: p.kernelJob(false).Name, Value: 1},
+		Measure{Group: GroupKernel, Name: "rand-read 4KiB qd1 latency typical", Value: 1},
+		Measure{Group: GroupKernel, Name: "rand-read 4KiB qd1 latency avg", Value: 1},
 		Measure{Group: GroupKernel, Name: p.kernelJob(true).Name, Value: 1},
 	) {
 		g.Report.Add(m)
@@ -96,7 +100,7 @@ func TestOursOnSim(t *testing.T) {
 	}
 	for _, want := range []string{
 		GroupVerbs + "/" + p.latName("typical"), GroupVerbs + "/" + p.bwName(true),
-		GroupXprt + "/NULL round trip typical", GroupXprt + "/" + p.rpcName(false), GroupXprt + "/" + p.rpcName(false) + " zero-copy",
+		GroupXprt + "/NULL round trip typical", GroupXprt + "/READ 4KiB round trip typical", GroupXprt + "/" + p.rpcName(false), GroupXprt + "/" + p.rpcName(false) + " zero-copy",
 		GroupXprt + "/" + p.rpcName(true),
 		GroupNFS + "/" + p.seqName(false), GroupNFS + "/" + p.seqName(true),
 	} {
@@ -105,8 +109,8 @@ func TestOursOnSim(t *testing.T) {
 			t.Errorf("figure %s missing, zero or not the median of two rounds: %+v", want, m)
 		}
 	}
-	if len(g.Report.Ratios) != 10 {
-		t.Errorf("%d ratios, want 10: %+v", len(g.Report.Ratios), g.Report.Ratios)
+	if len(g.Report.Ratios) != 15 {
+		t.Errorf("%d ratios, want 15: %+v", len(g.Report.Ratios), g.Report.Ratios)
 	}
 	if xf := g.Report.Notes[len(g.Report.Notes)-2]; !strings.Contains(xf, "zero_copy 64") {
 		t.Errorf("the zero-copy READs were not all zero-copy (2 rounds of 2 passes of 16 READs): %s", xf)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ParsePerftestBW reads the average bandwidth (MB/s, as perftest prints
@@ -107,4 +108,53 @@ func ParseFio(out []byte) (FioResult, error) {
 		}
 	}
 	return r, nil
+}
+
+// FioLatency is a job's completion latency, submission included (fio's
+// lat_ns with lat_percentiles=1), over its reads and writes.
+type FioLatency struct {
+	Median, Mean time.Duration
+}
+
+// ParseFioLatency reads the first job's total latency from fio's JSON
+// output of a job run with --lat_percentiles=1.
+func ParseFioLatency(out []byte) (FioLatency, error) {
+	if i := strings.IndexByte(string(out), '{'); i > 0 {
+		out = out[i:]
+	}
+	type lat struct {
+		N          int64              `json:"N"`
+		Mean       float64            `json:"mean"`
+		Percentile map[string]float64 `json:"percentile"`
+	}
+	var doc struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				Lat lat `json:"lat_ns"`
+			} `json:"read"`
+			Write struct {
+				Lat lat `json:"lat_ns"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return FioLatency{}, fmt.Errorf("bench: fio JSON: %w", err)
+	}
+	if len(doc.Jobs) == 0 {
+		return FioLatency{}, fmt.Errorf("bench: fio reported no jobs")
+	}
+	j := doc.Jobs[0]
+	if j.Error != 0 {
+		return FioLatency{}, fmt.Errorf("bench: fio job error %d", j.Error)
+	}
+	l := j.Read.Lat
+	if l.N == 0 {
+		l = j.Write.Lat
+	}
+	med, ok := l.Percentile["50.000000"]
+	if l.N == 0 || !ok {
+		return FioLatency{}, fmt.Errorf("bench: fio reported no latency percentiles (run with --lat_percentiles=1)")
+	}
+	return FioLatency{Median: time.Duration(med), Mean: time.Duration(l.Mean)}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 const writeBW = `
@@ -93,5 +94,27 @@ func TestRatio(t *testing.T) {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("Markdown lacks %q:\n%s", s, md.String())
 		}
+	}
+}
+
+func TestParseFioLatency(t *testing.T) {
+	out := `fio: a warning first
+{"jobs": [{"jobname": "lat", "error": 0,
+  "read": {"io_bytes": 4096, "lat_ns": {"min": 900, "max": 90000, "mean": 1500.5, "N": 1000,
+    "percentile": {"1.000000": 1000, "50.000000": 1200, "99.000000": 80000}}},
+  "write": {"io_bytes": 0, "lat_ns": {"min": 0, "max": 0, "mean": 0, "N": 0}}}]}`
+	l, err := ParseFioLatency([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Median != 1200*time.Nanosecond || l.Mean != 1500*time.Nanosecond {
+		t.Errorf("got %+v, want median 1.2µs, mean 1.5µs", l)
+	}
+	// Without --lat_percentiles there is no median: an error, not a zero.
+	if _, err := ParseFioLatency([]byte(`{"jobs": [{"read": {"lat_ns": {"mean": 5, "N": 3}}}]}`)); err == nil {
+		t.Error("no percentiles: want an error")
+	}
+	if _, err := ParseFioLatency([]byte(`{"jobs": []}`)); err == nil {
+		t.Error("no jobs: want an error")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,35 @@ func NullLatency(ctx context.Context, c *nfs3.Client, warmup, iters int) (Latenc
 	samples := make([]time.Duration, iters)
 	for i := range samples {
 		samples[i] = stamps[warmup+i+1].Sub(stamps[warmup+i])
+	}
+	return newLatency(samples), nil
+}
+
+// ReadLatency times READs of size bytes one at a time at random
+// size-aligned offsets within the first fileSize bytes of fh, into the
+// caller's memory: a small READ's round trip, comparable with fio's
+// randread at iodepth 1 on the kernel client.
+func ReadLatency(ctx context.Context, c *nfs3.Client, fh nfs3.FileHandle, size, fileSize, warmup, iters int) (Latency, error) {
+	if iters <= 0 || size <= 0 || fileSize < size {
+		return Latency{}, fmt.Errorf("bench: %d READs of %d bytes in %d", iters, size, fileSize)
+	}
+	buf := make([]byte, size)
+	rng := rand.New(rand.NewPCG(3, 4))
+	samples := make([]time.Duration, 0, iters)
+	for i := range warmup + iters {
+		off := uint64(rng.IntN(fileSize/size)) * uint64(size)
+		t0 := time.Now()
+		r, err := c.Read(ctx, fh, off, buf)
+		el := time.Since(t0)
+		if err == nil && r.Count != size {
+			err = fmt.Errorf("short READ: %d of %d bytes", r.Count, size)
+		}
+		if err != nil {
+			return Latency{}, fmt.Errorf("bench: READ %d at %d: %w", i, off, err)
+		}
+		if i >= warmup {
+			samples = append(samples, el)
+		}
 	}
 	return newLatency(samples), nil
 }

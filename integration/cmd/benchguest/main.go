@@ -29,7 +29,7 @@ func main() {
 	full := flag.Bool("full", false, "also measure nfsrdma (verbs, transport, NFS client) and the ratios")
 	cmpSize := flag.Int("compare-size", 64, "with -full: file size in MiB of the NFS-level comparisons")
 	passes := flag.Int("passes", 2, "with -full: times each comparison covers its file")
-	rounds := flag.Int("rounds", 3, "with -full: rounds of paired measurements (figures are their medians)")
+	rounds := flag.Int("rounds", 5, "with -full: rounds of paired measurements (figures are their medians)")
 	mountBin := flag.String("nfsrdma-mount", "", "with -full or -fuse-only: the nfsrdma-mount binary, to measure fio through it beside the kernel client")
 	fuseOnly := flag.Bool("fuse-only", false, "measure only fio through nfsrdma-mount beside the kernel client (paired rounds, ratios)")
 	flag.Parse()

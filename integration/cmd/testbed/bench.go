@@ -38,7 +38,7 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	if full {
 		cmpSize = fs.Int("compare-size", 64, "file size in MiB of the transport and NFS-level comparisons (ours and the kernel's)")
 		passes = fs.Int("passes", 2, "times each comparison covers its file")
-		rounds = fs.Int("rounds", 3, "rounds of paired measurements, each figure the median of its rounds")
+		rounds = fs.Int("rounds", 5, "rounds of paired measurements, each figure the median of its rounds")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
