@@ -6,10 +6,20 @@ import (
 	"github.com/nfsrdma/nfsrdma/frwr"
 )
 
-// Buffer is registered memory the transport lends to a caller. A READ (or
-// READLINK) whose reply buffer (sunrpc.Request.ReplyBulk) starts at the
-// start of Bytes lands its data there directly, with no copy: the Write
-// chunk's window is bound on this memory.
+// Buffer is registered memory the transport lends to a caller, for I/O with
+// no copy:
+//
+//   - a READ (or READLINK) whose reply buffer (sunrpc.Request.ReplyBulk)
+//     starts at the start of Bytes lands its data there directly: the
+//     Write chunk's window is bound on this memory;
+//   - a WRITE whose data (sunrpc.Request.Bulk) starts at the start of
+//     Bytes is read by the server from there: the Read chunk's window is
+//     bound on this memory, for remote reading only.
+//
+// The memory must not change while such a call is in flight. nfs3.Client's
+// Read and Write pass the caller's slice through, so a program that fills
+// (or consumes) borrowed buffers of up to rsize (wsize) bytes moves its data
+// with no copy at the client.
 type Buffer struct {
 	t *Transport
 	b *frwr.Buffer

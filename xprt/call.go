@@ -29,6 +29,7 @@ type call struct {
 	readBuf   *frwr.Buffer // Read chunk data (the bulk, or the whole message at position zero)
 	replyBuf  *frwr.Buffer // Write chunk or Reply chunk landing area
 	lent      bool         // replyBuf is the caller's borrowed buffer (zero-copy)
+	readLent  bool         // readBuf is the caller's borrowed buffer (zero-copy)
 	regs      []*frwr.Registration
 	reserved  int // gate room held: binds + SEND + possible LOCAL_INVs
 	binds     int // bind WRs in the posted chain
@@ -87,8 +88,10 @@ func (cl *call) finish(r *sunrpc.Reply, err error) {
 func (cl *call) releaseAttempt() {
 	reg := cl.t.reg
 	if cl.readBuf != nil {
-		reg.PutBuffer(cl.readBuf)
-		cl.readBuf = nil
+		if !cl.readLent {
+			reg.PutBuffer(cl.readBuf)
+		}
+		cl.readBuf, cl.readLent = nil, false
 	}
 	if cl.replyBuf != nil {
 		if !cl.lent {
@@ -340,18 +343,31 @@ func (t *Transport) grantCreditsLocked(c *conn) {
 	}
 }
 
-// register copies the bulk into a registered I/O buffer and binds a window
-// for every chunk segment, with only the access its direction needs.
+// register copies the bulk into a registered I/O buffer (unless it is in a
+// buffer the caller borrowed) and binds a window for every chunk segment,
+// with only the access its direction needs.
 func (cl *call) register(ctx context.Context) error {
 	t, p, req := cl.t, &cl.plan, cl.req
 	reg := t.reg
-	if len(p.ReadSegments) > 0 {
-		b, err := reg.GetBuffer(ctx)
-		if err != nil {
-			return err
+	if len(p.ReadSegments) > 0 && p.Call != chunks.CallPositionZero {
+		// Zero-copy: WRITE data the caller placed in a borrowed
+		// registered buffer is read by the server from there.
+		if b := t.lentBuffer(req.Bulk); b != nil && len(req.Bulk) <= len(b.Bytes()) {
+			cl.readBuf, cl.readLent = b, true
+			t.ctr.zeroCopyWrites.Add(1)
 		}
-		cl.readBuf = b
-		mem := b.Bytes()
+	}
+	if len(p.ReadSegments) > 0 {
+		var mem []byte
+		if cl.readBuf == nil {
+			b, err := reg.GetBuffer(ctx)
+			if err != nil {
+				return err
+			}
+			cl.readBuf = b
+			mem = b.Bytes()
+		}
+		b := cl.readBuf
 		if p.Call == chunks.CallPositionZero {
 			// The whole message, contiguous: Head, Bulk, pad, Tail.
 			n := copy(mem, req.Head)
@@ -368,7 +384,10 @@ func (cl *call) register(ctx context.Context) error {
 			cl.regs = append(cl.regs, g)
 			t.ctr.pos0.Add(1)
 		} else {
-			n := copy(mem, req.Bulk)
+			n := len(req.Bulk)
+			if !cl.readLent {
+				n = copy(mem, req.Bulk)
+			}
 			for _, s := range p.ReadSegments {
 				if s.Off+s.Len > n {
 					return fmt.Errorf("xprt: read segment %+v beyond the bulk", s)
@@ -421,13 +440,13 @@ func (cl *call) register(ctx context.Context) error {
 // buffer and posts the binds and the SEND as one chain.
 func (cl *call) post(c *conn) error {
 	t, p := cl.t, &cl.plan
-	var wrs [maxChain]verbs.SendWR
 	n := 0
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if c.broken {
 		return errRetry
 	}
+	wrs := &c.wrs
 	if len(c.sendFree) == 0 {
 		// Cannot happen: every SEND in the ring holds one buffer and the
 		// gate bounds the ring.
@@ -482,7 +501,8 @@ func (cl *call) post(c *conn) error {
 		}
 	}
 	cl.binds = n
-	wrs[n] = verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{{MR: c.sendMR, Offset: uint64(sb * c.sendSize), Length: uint32(len(msg))}}}
+	c.sendSGE[0] = verbs.SGE{MR: c.sendMR, Offset: uint64(sb * c.sendSize), Length: uint32(len(msg))}
+	wrs[n] = verbs.SendWR{Opcode: verbs.OpSend, SGL: c.sendSGE[:]}
 	n++
 	res, ok := c.ring.Reserve(n, false)
 	if !ok {

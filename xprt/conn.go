@@ -53,6 +53,11 @@ type conn struct {
 	sendMR   verbs.MR
 	sendSize int
 	sendFree []int
+
+	// Scratch for building WR chains, used under t.mu (PostSend does
+	// not keep them): a chain per call would be a heap allocation each.
+	wrs     [maxChain]verbs.SendWR
+	sendSGE [1]verbs.SGE
 	recvMem  *verbs.Mapping
 	recvMR   verbs.MR
 	recvSize int

@@ -3,6 +3,7 @@ package xprt
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/nfsrdma/nfsrdma/chunks"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
@@ -43,6 +44,11 @@ func (c *conn) recvLoop() {
 			}
 		}
 		t.mu.Unlock()
+		// The callers whose replies this batch completed are runnable on
+		// this goroutine's P, and would otherwise wait for it to arm the
+		// CQ and block (a system call or two: about 0.2 ms per call in the
+		// bed's guest, measured): let them run first.
+		runtime.Gosched()
 	}
 }
 
@@ -147,13 +153,13 @@ func (c *conn) handleRecv(wc verbs.Completion, hdr *rpcrdma.Header) {
 	// Local invalidation of the rest, in one chain whose last WR is
 	// signaled; the call completes when that completion is reaped. The
 	// room was reserved when the call was admitted (DESIGN.md rule 2).
-	var wrs [maxChain]verbs.SendWR
-	inv := reg.AppendLocalInvalidations(cl.regs, wrs[:0])
+	t.mu.Lock()
+	inv := reg.AppendLocalInvalidations(cl.regs, c.wrs[:0])
 	if len(inv) == 0 {
+		t.mu.Unlock()
 		t.finishReply(cl)
 		return
 	}
-	t.mu.Lock()
 	if c.broken {
 		t.mu.Unlock()
 		return // the teardown settles the call

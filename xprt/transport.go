@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"time"
 
@@ -127,7 +128,7 @@ func (t *Transport) Counters() Counters {
 		PullUpBytes: t.ctr.pullUpBytes.Load(), CongestionWaits: t.ctr.congestionWaits.Load(), CreditWaits: t.ctr.creditWaits.Load(),
 		ReplyBeforeSend: t.ctr.replyBeforeSend.Load(), Reconnects: t.ctr.reconnects.Load(), Retransmits: t.ctr.retransmits.Load(),
 		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
-		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(),
+		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(),
 	}
 	t.mu.Lock()
 	reg := t.reg
@@ -435,6 +436,9 @@ func (c *conn) sendLoop() {
 		t.mu.Unlock()
 		for _, cl := range done {
 			t.finishReply(cl)
+		}
+		if len(done) > 0 {
+			runtime.Gosched() // as in recvLoop: the completed callers first
 		}
 	}
 }

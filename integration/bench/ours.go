@@ -538,6 +538,7 @@ func (g *Guest) roundReadChunks(ctx context.Context, round int, p Plan, xf *ourF
 		g.perftestShaped(ctx, p, "ib_read_bw")
 	}
 	g.rpcStream(ctx, round, p, xf, true, false)
+	g.rpcStream(ctx, round, p, xf, true, true)
 }
 
 // perftestShaped runs tool in the shape of the transport's streams: messages
@@ -567,6 +568,9 @@ func (g *Guest) rpcStream(ctx context.Context, round int, p Plan, xf *ourFile, w
 	if borrow {
 		name += " zero-copy"
 		note = fmt.Sprintf("nfs3.Client.Read into buffers lent by xprt.Transport.Borrow (no copy), %d goroutines", p.Outstanding)
+		if write {
+			note = fmt.Sprintf("nfs3.Client.Write UNSTABLE + COMMIT from buffers lent by xprt.Transport.Borrow (no copy), %d goroutines", p.Outstanding)
+		}
 		s.Borrow = func(ctx context.Context) ([]byte, func(), error) {
 			b, err := xf.Transport.Borrow(ctx)
 			if err != nil {
@@ -642,6 +646,7 @@ func (g *Guest) Ratios() {
 		r.AddRatio("xprt READ bw (/ "+ref.write+")", [2]string{GroupXprt, p.rpcName(false)}, pt(ref.write), "higher", 0.9)
 		r.AddRatio("xprt READ zero-copy bw (/ "+ref.write+")", [2]string{GroupXprt, p.rpcName(false) + " zero-copy"}, pt(ref.write), "higher", 0.9)
 		r.AddRatio("xprt WRITE bw (/ "+ref.read+")", [2]string{GroupXprt, p.rpcName(true)}, pt(ref.read), "higher", 0.9)
+		r.AddRatio("xprt WRITE zero-copy bw (/ "+ref.read+")", [2]string{GroupXprt, p.rpcName(true) + " zero-copy"}, pt(ref.read), "higher", 0.9)
 	}
 	r.AddRatio("xprt READ 4KiB latency typical (/ kernel client fio qd1)", [2]string{GroupXprt, "READ 4KiB round trip typical"}, [2]string{GroupKernel, "rand-read 4KiB qd1 latency typical"}, "lower", 1.0)
 	r.AddRatio("xprt READ 4KiB latency avg (/ kernel client fio qd1)", [2]string{GroupXprt, "READ 4KiB round trip avg"}, [2]string{GroupKernel, "rand-read 4KiB qd1 latency avg"}, "lower", 1.0)

@@ -101,7 +101,7 @@ func TestOursOnSim(t *testing.T) {
 	for _, want := range []string{
 		GroupVerbs + "/" + p.latName("typical"), GroupVerbs + "/" + p.bwName(true),
 		GroupXprt + "/NULL round trip typical", GroupXprt + "/READ 4KiB round trip typical", GroupXprt + "/" + p.rpcName(false), GroupXprt + "/" + p.rpcName(false) + " zero-copy",
-		GroupXprt + "/" + p.rpcName(true),
+		GroupXprt + "/" + p.rpcName(true), GroupXprt + "/" + p.rpcName(true) + " zero-copy",
 		GroupNFS + "/" + p.seqName(false), GroupNFS + "/" + p.seqName(true),
 	} {
 		group, name, _ := strings.Cut(want, "/")
@@ -109,10 +109,10 @@ func TestOursOnSim(t *testing.T) {
 			t.Errorf("figure %s missing, zero or not the median of two rounds: %+v", want, m)
 		}
 	}
-	if len(g.Report.Ratios) != 15 {
-		t.Errorf("%d ratios, want 15: %+v", len(g.Report.Ratios), g.Report.Ratios)
+	if len(g.Report.Ratios) != 17 {
+		t.Errorf("%d ratios, want 17: %+v", len(g.Report.Ratios), g.Report.Ratios)
 	}
-	if xf := g.Report.Notes[len(g.Report.Notes)-2]; !strings.Contains(xf, "zero_copy 64") {
+	if xf := g.Report.Notes[len(g.Report.Notes)-2]; !strings.Contains(xf, "zero_copy_reads 64") {
 		t.Errorf("the zero-copy READs were not all zero-copy (2 rounds of 2 passes of 16 READs): %s", xf)
 	}
 	var md strings.Builder
