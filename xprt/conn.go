@@ -56,8 +56,8 @@ type conn struct {
 
 	// Scratch for building WR chains, used under t.mu (PostSend does
 	// not keep them): a chain per call would be a heap allocation each.
-	wrs     [maxChain]verbs.SendWR
-	sendSGE [1]verbs.SGE
+	wrs      [maxChain]verbs.SendWR
+	sendSGE  [1]verbs.SGE
 	recvMem  *verbs.Mapping
 	recvMR   verbs.MR
 	recvSize int
