@@ -42,7 +42,8 @@ const usage = `usage:
 Mounts an NFSv3 export over RPC-over-RDMA (or TCP) as a FUSE file system.
 Without -f it returns once the mount is live and keeps serving it in the
 background; SIGINT or SIGTERM to that server, nfsrdma-mount -u or umount(8)
-unmount it. Options are nfs(5)'s: vers=3, proto=rdma|tcp, port, mountport,
+unmount it. The background server logs its warnings to syslog; with -v it
+logs everything, debug included, to the terminal. Options are nfs(5)'s: vers=3, proto=rdma|tcp, port, mountport,
 mountproto=tcp, rsize, wsize, timeo, retrans, hard, soft, retry, ac, noac,
 actimeo, acregmin, acregmax, acdirmin, acdirmax, ro, rw, sync, uid, gid
 (the AUTH_SYS identity), suid, nosuid, dev, nodev, exec, noexec; what

@@ -96,6 +96,13 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if inv.readyFD > 0 && !inv.verbose {
+		// The background server: its stderr goes nowhere, so its warnings
+		// go to the system log when there is one.
+		if sl, err := newSyslogLogger("", "", "nfsrdma-mount", slog.LevelWarn); err == nil {
+			log = sl
+		}
+	}
 	var ready *os.File
 	if inv.readyFD > 0 {
 		ready = os.NewFile(uintptr(inv.readyFD), "ready")
