@@ -39,6 +39,8 @@ type Counters struct {
 	Registrations       uint64 // per-I/O registrations (fallback mode)
 	ZeroCopyReads       uint64 // READ results placed straight into a borrowed buffer
 	ZeroCopyWrites      uint64 // WRITE data read by the server straight from a borrowed buffer
+	BusyPolls           uint64 // spins on the receive CQ (Config.BusyPoll)
+	BusyPollHits        uint64 // spins that found a completion
 }
 
 // String formats the counters as one line.
@@ -46,16 +48,16 @@ func (c Counters) String() string {
 	return fmt.Sprintf("calls %d sends %d signaled %d recvs %d bad_xid %d malformed %d read_chunks %d pos0 %d write_chunks %d reply_chunks %d "+
 		"pullups %d (%d bytes) binds %d local_inv %d remote_inv %d congestion_waits %d credit_waits %d reply_before_send %d "+
 		"reconnects %d retransmits %d timeouts %d rdma_errors %d error_completions %d disconnects %d credits %d max_outstanding %d "+
-		"windows_replaced %d registrations %d zero_copy_reads %d zero_copy_writes %d",
+		"windows_replaced %d registrations %d zero_copy_reads %d zero_copy_writes %d busy_polls %d busy_poll_hits %d",
 		c.Calls, c.Sends, c.SignaledSends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
 		c.PullUps, c.PullUpBytes, c.Binds, c.LocalInvalidations, c.RemoteInvalidations, c.CongestionWaits, c.CreditWaits, c.ReplyBeforeSend,
 		c.Reconnects, c.Retransmits, c.Timeouts, c.RDMAErrors, c.ErrorCompletions, c.Disconnects, c.Credits, c.MaxOutstanding,
-		c.WindowsReplaced, c.Registrations, c.ZeroCopyReads, c.ZeroCopyWrites)
+		c.WindowsReplaced, c.Registrations, c.ZeroCopyReads, c.ZeroCopyWrites, c.BusyPolls, c.BusyPollHits)
 }
 
 type counters struct {
 	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks        atomic.Uint64
 	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend         atomic.Uint64
 	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
-	zeroCopyWrites                                                                                          atomic.Uint64
+	zeroCopyWrites, busyPolls, busyPollHits                                                                 atomic.Uint64
 }

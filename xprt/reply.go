@@ -23,6 +23,18 @@ func (c *conn) recvLoop() {
 			t.connLost(c, err)
 			return
 		}
+		if n == 0 && t.cfg.BusyPoll > 0 && c.awaitingReplies() {
+			if sp, ok := c.rcq.(verbs.SpinPoller); ok {
+				if n, err = sp.PollSpin(wcs, t.cfg.BusyPoll); err != nil {
+					t.connLost(c, err)
+					return
+				}
+				t.ctr.busyPolls.Add(1)
+				if n > 0 {
+					t.ctr.busyPollHits.Add(1)
+				}
+			}
+		}
 		if n == 0 {
 			if err := c.rcq.Wait(c.pollCtx); err != nil {
 				if c.pollCtx.Err() == nil {
@@ -50,6 +62,13 @@ func (c *conn) recvLoop() {
 		// bed's guest, measured): let them run first.
 		runtime.Gosched()
 	}
+}
+
+// awaitingReplies reports whether calls on c wait for their replies.
+func (c *conn) awaitingReplies() bool {
+	c.t.mu.Lock()
+	defer c.t.mu.Unlock()
+	return c.credits.Outstanding() > 0
 }
 
 // handleRecv handles one receive completion. Every exit path gives the

@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"syscall"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma/verbs"
 )
@@ -21,6 +23,7 @@ type Device struct {
 }
 
 var _ verbs.Device = (*Device)(nil)
+var _ verbs.SpinPoller = (*CQ)(nil)
 
 func (d *Device) Name() string           { return d.hw.attr.Name }
 func (d *Device) Attr() verbs.DeviceAttr { return d.hw.attr }
@@ -387,6 +390,19 @@ func (c *CQ) Poll(wcs []verbs.Completion) (int, error) {
 	clear(c.q[rest:])
 	c.q = c.q[:rest]
 	return n, nil
+}
+
+// PollSpin is Poll that keeps polling for up to spin before returning
+// empty (verbs.SpinPoller), yielding the processor between polls.
+func (c *CQ) PollSpin(wcs []verbs.Completion, spin time.Duration) (int, error) {
+	deadline := time.Now().Add(spin)
+	for {
+		n, err := c.Poll(wcs)
+		if n > 0 || err != nil || !time.Now().Before(deadline) {
+			return n, err
+		}
+		runtime.Gosched()
+	}
 }
 
 // Wait returns when the CQ has a completion or ctx is done. It blocks on a
