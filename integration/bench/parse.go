@@ -74,10 +74,6 @@ type FioResult struct {
 
 // ParseFio reads fio --output-format=json output (all jobs summed).
 func ParseFio(out []byte) (FioResult, error) {
-	// fio may print warnings before the JSON.
-	if i := strings.IndexByte(string(out), '{'); i > 0 {
-		out = out[i:]
-	}
 	var doc struct {
 		Jobs []struct {
 			Error int `json:"error"`
@@ -91,8 +87,8 @@ func ParseFio(out []byte) (FioResult, error) {
 			} `json:"write"`
 		} `json:"jobs"`
 	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return FioResult{}, fmt.Errorf("bench: fio JSON: %w", err)
+	if err := unmarshalFio(out, &doc); err != nil {
+		return FioResult{}, err
 	}
 	if len(doc.Jobs) == 0 {
 		return FioResult{}, fmt.Errorf("bench: fio reported no jobs")
@@ -119,9 +115,6 @@ type FioLatency struct {
 // ParseFioLatency reads the first job's total latency from fio's JSON
 // output of a job run with --lat_percentiles=1.
 func ParseFioLatency(out []byte) (FioLatency, error) {
-	if i := strings.IndexByte(string(out), '{'); i > 0 {
-		out = out[i:]
-	}
 	type lat struct {
 		N          int64              `json:"N"`
 		Mean       float64            `json:"mean"`
@@ -138,8 +131,8 @@ func ParseFioLatency(out []byte) (FioLatency, error) {
 			} `json:"write"`
 		} `json:"jobs"`
 	}
-	if err := json.Unmarshal(out, &doc); err != nil {
-		return FioLatency{}, fmt.Errorf("bench: fio JSON: %w", err)
+	if err := unmarshalFio(out, &doc); err != nil {
+		return FioLatency{}, err
 	}
 	if len(doc.Jobs) == 0 {
 		return FioLatency{}, fmt.Errorf("bench: fio reported no jobs")
@@ -157,4 +150,16 @@ func ParseFioLatency(out []byte) (FioLatency, error) {
 		return FioLatency{}, fmt.Errorf("bench: fio reported no latency percentiles (run with --lat_percentiles=1)")
 	}
 	return FioLatency{Median: time.Duration(med), Mean: time.Duration(l.Mean)}, nil
+}
+
+// unmarshalFio decodes fio's JSON output into doc, past the warnings fio
+// may print before it.
+func unmarshalFio(out []byte, doc any) error {
+	if i := strings.IndexByte(string(out), '{'); i > 0 {
+		out = out[i:]
+	}
+	if err := json.Unmarshal(out, doc); err != nil {
+		return fmt.Errorf("bench: fio JSON: %w", err)
+	}
+	return nil
 }
