@@ -136,6 +136,9 @@ func (e *CallError) Unwrap() error { return e.Err }
 func (c *Client) Call(ctx context.Context, proc uint32, args *Args) (*Result, error) {
 	xid := c.xids.Next()
 	h := CallHeader{XID: xid, Prog: c.cfg.Prog, Vers: c.cfg.Vers, Proc: proc, Cred: c.cfg.Cred, Verf: c.cfg.Verf}
+	if cred, ok := CredentialFrom(ctx); ok && len(cred.Body) <= MaxAuthBody {
+		h.Cred = cred
+	}
 	head := make([]byte, 0, 40+len(h.Cred.Body)+len(h.Verf.Body)+len(args.Head))
 	head = AppendCall(head, &h)
 	head = append(head, args.Head...)
