@@ -67,7 +67,7 @@ func (c Counters) String() string {
 
 type counters struct {
 	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks        atomic.Uint64
-	pullUps, pullUpBytes, binds, localInv, remoteInv, congestionWaits, creditWaits, replyBeforeSend         atomic.Uint64
+	pullUps, pullUpBytes, congestionWaits, creditWaits, replyBeforeSend                                     atomic.Uint64
 	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
 	zeroCopyWrites, busyPolls, busyPollHits                                                                 atomic.Uint64
 	abandoned, abandonResets, retransmitResets, budgetWaits, postFailures, foreignInvalidations             atomic.Uint64
