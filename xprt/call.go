@@ -324,7 +324,7 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 		return errors.New("xprt: internal error: call not admitted")
 	}
 	// 2. The plan, from the connection's negotiated sizes.
-	lim := chunks.Limits{InlineSend: c.inlineSend, InlineRecv: c.inlineRecv, MaxSegmentSize: t.cfg.MaxSegment, MaxSegments: maxSegments}
+	lim := chunks.Limits{InlineSend: c.inlineSend, InlineRecv: c.inlineRecv, MaxSegmentSize: t.cfg.MaxSegment, MaxSegments: t.segs}
 	if err := cl.plan.Build(&cl.creq, lim); err != nil {
 		return fmt.Errorf("xprt: %w", err)
 	}

@@ -16,18 +16,27 @@ import (
 // reach it.
 const sentinelID = 1 << 63
 
-// maxSegments is the most segments one chunk may have (the plan splits
-// longer chunks at Config.MaxSegment and refuses what would need more).
-const maxSegments = 8
+// maxReadSegments is the most segments the Read list of one call may have
+// (rpcrdma's decoding limit, which servers share). Config.MaxSegment must
+// let the largest call fit it.
+const maxReadSegments = rpcrdma.MaxReadSegments
+
+// segmentLimit is the most segments one chunk of a call may have: enough
+// for a whole I/O buffer split at MaxSegment, plus the pieces a
+// position-zero Read chunk adds (head, pad and tail are segments of their
+// own).
+func segmentLimit(cfg Config) int {
+	return min((cfg.MaxIO+4096+cfg.MaxSegment-1)/cfg.MaxSegment+3, maxReadSegments)
+}
 
 // maxChain is the longest WR chain the transport posts: the binds of one
 // call (a Read chunk and a Write or Reply chunk) plus its SEND, or one
 // reply's LOCAL_INVs.
-const maxChain = 2*maxSegments + 1
+func maxChain(segs int) int { return 2*segs + 1 }
 
 // maxCompound is the most send-queue room one call reserves: its binds,
 // its SEND, and a LOCAL_INV per window. The send queue must hold one.
-const maxCompound = 2*(2*maxSegments) + 1
+func maxCompound(segs int) int { return 2*(2*segs) + 1 }
 
 // extraRecvs are receives kept beyond the credit grant.
 const extraRecvs = 8
@@ -69,7 +78,7 @@ type conn struct {
 
 	// Scratch for building WR chains, used under mu (PostSend does not
 	// keep them): a chain per call would be a heap allocation each.
-	wrs      [maxChain]verbs.SendWR
+	wrs      []verbs.SendWR // maxChain(t.segs) long
 	sendSGE  [1]verbs.SGE
 	recvMem  *verbs.Mapping
 	recvMR   verbs.MR
@@ -166,7 +175,8 @@ func (t *Transport) dial(ctx context.Context) (*conn, error) {
 		c.recvFree = append(c.recvFree, i)
 		c.recvBufs[i] = c.recvMem.Bytes()[i*c.recvSize : (i+1)*c.recvSize : (i+1)*c.recvSize]
 	}
-	c.ring = flowctl.NewSendContextRing[sendMeta](c.sendQueue, maxChain)
+	c.wrs = make([]verbs.SendWR, maxChain(t.segs))
+	c.ring = flowctl.NewSendContextRing[sendMeta](c.sendQueue, maxChain(t.segs))
 	c.gate = flowctl.NewCongestionGate[*call](c.sendQueue)
 	c.credits = flowctl.NewCredits(c.slots)
 	c.recvs = flowctl.NewReceives(rqDepth, extraRecvs, 8)
@@ -221,9 +231,9 @@ func (c *conn) sizeQueues(a verbs.DeviceAttr) error {
 	c.sendQueue = limit(cfg.SendQueue)
 	c.recvQueue = limit(cfg.Slots + extraRecvs)
 	c.slots = c.recvQueue - extraRecvs
-	if c.sendQueue < maxCompound || c.slots < 1 {
+	if c.sendQueue < maxCompound(c.t.segs) || c.slots < 1 {
 		return fmt.Errorf("xprt: device %s allows queues of %d WRs and %d CQEs: too small (send queue %d, at least %d)",
-			a.Name, a.MaxQPWR, a.MaxCQE, c.sendQueue, maxCompound)
+			a.Name, a.MaxQPWR, a.MaxCQE, c.sendQueue, maxCompound(c.t.segs))
 	}
 	if c.sendQueue < cfg.SendQueue || c.slots < cfg.Slots {
 		c.t.log.Info("queues clamped to the device's limits", "device", a.Name, "send_queue", c.sendQueue, "slots", c.slots)

@@ -19,12 +19,12 @@ import (
 // post marshals the call and posts its binds and its SEND as one chain.
 func (cl *call) post(c *conn) error {
 	t := cl.t
-	var segs [2 * maxSegments]rpcrdma.Segment
+	if len(cl.regs) > 2*t.segs {
+		return fmt.Errorf("xprt: internal error: %d segments, limit %d", len(cl.regs), 2*t.segs)
+	}
+	segs := make([]rpcrdma.Segment, len(cl.regs))
 	n := 0
 	for _, g := range cl.regs {
-		if n == len(segs) {
-			return fmt.Errorf("xprt: %d segments, limit %d", len(cl.regs), len(segs))
-		}
 		segs[n] = g.Segment()
 		n++
 	}
@@ -68,7 +68,7 @@ func (cl *call) post(c *conn) error {
 		t.ctr.pullUps.Add(1)
 		t.ctr.pullUpBytes.Add(uint64(sendBodyLen(&cl.plan)))
 	}
-	wrs := &c.wrs
+	wrs := c.wrs
 	nw := 0
 	for _, g := range cl.regs {
 		if wr, ok := g.BindWR(); ok {

@@ -59,9 +59,10 @@ import (
 // Transport is an RPC-over-RDMA client connection to one server, with
 // reconnection. It is safe for concurrent use.
 type Transport struct {
-	cfg Config
-	log *slog.Logger
-	ctr counters
+	cfg  Config
+	segs int // the most segments of one chunk (segmentLimit)
+	log  *slog.Logger
+	ctr  counters
 
 	// mu guards the fields below and each call's state (the fields of
 	// call marked "Transport.mu"). Lock order: mu, then a conn's mu.
@@ -103,10 +104,15 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	if cfg.Inline < 1024 || cfg.Inline > rpcrdma.MaxInlineSize {
 		return nil, fmt.Errorf("xprt: inline size %d out of range [1024, %d]", cfg.Inline, rpcrdma.MaxInlineSize)
 	}
-	if cfg.SendQueue < maxCompound {
-		return nil, fmt.Errorf("xprt: send queue of %d WRs is below the minimum %d", cfg.SendQueue, maxCompound)
+	segs := segmentLimit(cfg)
+	if need := (cfg.MaxIO + cfg.MaxSegment - 1) / cfg.MaxSegment; need > maxReadSegments {
+		return nil, fmt.Errorf("xprt: MaxSegment %d splits a %d-byte I/O into %d segments; at most %d fit a chunk (raise MaxSegment or lower MaxIO)",
+			cfg.MaxSegment, cfg.MaxIO, need, maxReadSegments)
 	}
-	t := &Transport{cfg: cfg, log: cfg.Logger, calls: make(map[uint32]*call), borrowed: make(map[*byte]*borrowedBuffer), connUp: make(chan struct{}), closeCh: make(chan struct{})}
+	if cfg.SendQueue < maxCompound(segs) {
+		return nil, fmt.Errorf("xprt: send queue of %d WRs is below the minimum %d", cfg.SendQueue, maxCompound(segs))
+	}
+	t := &Transport{cfg: cfg, segs: segs, log: cfg.Logger, calls: make(map[uint32]*call), borrowed: make(map[*byte]*borrowedBuffer), connUp: make(chan struct{}), closeCh: make(chan struct{})}
 	t.bgIdle = sync.NewCond(&t.mu)
 	c, err := t.dial(ctx)
 	if err != nil {
