@@ -87,11 +87,7 @@ func newConn(s *Server, ep verbs.Endpoint) (c *conn, err error) {
 	if c.recv, err = newScratch(c.pd, cfg.Receives*c.recvSize); err != nil {
 		return c, err
 	}
-	wrs := make([]verbs.RecvWR, cfg.Receives)
-	for i := range wrs {
-		wrs[i] = c.recvWR(i)
-	}
-	if _, err = c.qp.PostRecv(wrs); err != nil {
+	if err = c.postInitialRecvs(cfg.Receives); err != nil {
 		return c, err
 	}
 
@@ -117,6 +113,27 @@ func (c *conn) accept() error {
 		return err
 	}
 	c.log.Debug("accepted", "remote_invalidation", c.remoteInv, "send_max", c.sendMax)
+	return nil
+}
+
+// maxRecvChain is the most receive WRs posted in one PostRecv: the ibv
+// binding takes at most 64 per post, and real providers' queues fill in
+// smaller steps too.
+const maxRecvChain = 32
+
+// postInitialRecvs posts receives 0..n-1 in chains of at most
+// maxRecvChain WRs.
+func (c *conn) postInitialRecvs(n int) error {
+	wrs := make([]verbs.RecvWR, 0, maxRecvChain)
+	for first := 0; first < n; first += maxRecvChain {
+		wrs = wrs[:0]
+		for i := first; i < min(n, first+maxRecvChain); i++ {
+			wrs = append(wrs, c.recvWR(i))
+		}
+		if posted, err := c.qp.PostRecv(wrs); err != nil {
+			return fmt.Errorf("xprttest: posting receives %d..%d (%d posted): %w", first, first+len(wrs)-1, posted, err)
+		}
+	}
 	return nil
 }
 
@@ -278,8 +295,10 @@ func (c *conn) handleRecv(wc verbs.Completion) {
 		return
 	}
 	c.calls.Add(1)
+	c.s.busy.begin()
 	go func() {
 		defer c.calls.Done()
+		defer c.s.busy.end()
 		c.serveCall(msg, ci)
 	}()
 }

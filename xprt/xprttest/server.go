@@ -100,6 +100,8 @@ type Server struct {
 	acceptWG sync.WaitGroup
 	connWG   sync.WaitGroup
 
+	busy inflight // calls being served, for WaitIdle
+
 	mu        sync.Mutex
 	misbehave Misbehavior
 	conns     map[*conn]struct{}
@@ -158,6 +160,58 @@ func (s *Server) QPs() []*sim.QP {
 		}
 	}
 	return qps
+}
+
+// WaitIdle waits until every call whose receive the server has reaped so
+// far has been served to the end: answered (its reply's Send completed, a
+// late write included), dropped, or given up by a failed connection. A
+// client that got the reply to its last call knows that every call it sent
+// before is reaped (RC delivers in order), so WaitIdle then covers them
+// all: their outcomes are in Stats. It returns ctx's error if ctx ends
+// first (a handler still blocked, for one).
+func (s *Server) WaitIdle(ctx context.Context) error { return s.busy.wait(ctx) }
+
+// inflight counts calls being served and lets waiters sleep until none
+// is.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0; nil while n == 0
+}
+
+func (f *inflight) begin() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+}
+
+func (f *inflight) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n--; f.n == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+func (f *inflight) wait(ctx context.Context) error {
+	f.mu.Lock()
+	ch := f.idle
+	f.mu.Unlock()
+	for ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		f.mu.Lock()
+		ch = f.idle
+		f.mu.Unlock()
+	}
+	return nil
 }
 
 // Disconnect drops every live connection from the server's side.

@@ -2,6 +2,7 @@ package xprttest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -383,6 +384,13 @@ func TestMalformedCalls(t *testing.T) {
 	}
 	rep = c.RoundTrip(rawCall{XID: 0x77, Inline: null})
 	decodeAccepted(t, rep.Inline, 0x77)
+	// The dropped messages were reaped before the last call (RC order);
+	// the goroutines that count them may still be running.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.srv.WaitIdle(ctx); err != nil {
+		t.Fatalf("server not idle: %v", err)
+	}
 	st := e.srv.Stats()
 	if st.RDMAErrors != 6 || st.Malformed != 9 || st.Dropped != 3 {
 		t.Errorf("stats %+v", st)
