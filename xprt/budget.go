@@ -143,9 +143,9 @@ func (cl *call) budgetNeed() need {
 		// the server from there (not at position zero: the whole
 		// message must be contiguous).
 		if b := t.lentBuffer(cl.req.Bulk); b != nil && p.Call != chunks.CallPositionZero {
-			cl.readBuf, cl.readLent = b, true
+			cl.readBufs, cl.readLent = append(cl.readBufs[:0], b), true
 		} else {
-			n.bufs++
+			n.bufs += packSegments(p.ReadSegments, t.bufSize(), nil)
 		}
 		n.wins += len(p.ReadSegments)
 	}
@@ -166,6 +166,29 @@ func (cl *call) budgetNeed() need {
 		n.wins = 0
 	}
 	return n
+}
+
+// packSegments lays Read-chunk segments out back to back in buffers of
+// size bytes, starting a new buffer when the next segment does not fit the
+// current one (the pieces of a position-zero message need not be
+// contiguous: the server concatenates the segments). It returns the number
+// of buffers, and calls at, when non-nil, with each segment's buffer index
+// and offset.
+func packSegments(segs []chunks.Range, size int, at func(i, buf, off int)) int {
+	buf, off := 0, 0
+	for i, s := range segs {
+		if off > 0 && s.Len > size-off {
+			buf, off = buf+1, 0
+		}
+		if at != nil {
+			at(i, buf, off)
+		}
+		off += s.Len
+	}
+	if len(segs) == 0 {
+		return 0
+	}
+	return buf + 1
 }
 
 // takeBudget takes the call's need (zero needs take nothing).

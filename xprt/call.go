@@ -43,10 +43,10 @@ type call struct {
 
 	// The attempt's memory: owned by the caller's goroutine until posted,
 	// then by the reply handler or the teardown (see callState).
-	readBuf   *frwr.Buffer // Read chunk data (the bulk, or the whole message at position zero)
-	replyBuf  *frwr.Buffer // Write chunk or Reply chunk landing area
-	readLent  bool         // readBuf is the caller's borrowed buffer
-	replyLent bool         // replyBuf is the caller's borrowed buffer
+	readBufs  []*frwr.Buffer // Read chunk data: the bulk, or the message's pieces at position zero
+	replyBuf  *frwr.Buffer   // Write chunk or Reply chunk landing area
+	readLent  bool           // readBufs[0] is the caller's borrowed buffer
+	replyLent bool           // replyBuf is the caller's borrowed buffer
 	regs      []*frwr.Registration
 
 	// The reply, copied out of its receive buffer by the reply handler.
@@ -456,13 +456,17 @@ func (cl *call) dropRegistrations() {
 // (Transport.mu held). Only once its windows are invalid or destroyed.
 func (cl *call) releaseMemoryLocked() {
 	t := cl.t
-	if cl.readBuf != nil && !cl.readLent {
-		t.reg.PutBuffer(cl.readBuf)
+	if !cl.readLent {
+		for _, b := range cl.readBufs {
+			t.reg.PutBuffer(b)
+		}
 	}
+	clear(cl.readBufs)
+	cl.readBufs = cl.readBufs[:0]
 	if cl.replyBuf != nil && !cl.replyLent {
 		t.reg.PutBuffer(cl.replyBuf)
 	}
-	cl.readBuf, cl.readLent, cl.replyBuf, cl.replyLent = nil, false, nil, false
+	cl.readLent, cl.replyBuf, cl.replyLent = false, nil, false
 	t.putBudgetLocked(cl)
 }
 

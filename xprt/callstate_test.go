@@ -214,13 +214,23 @@ func TestCallInputBounds(t *testing.T) {
 		r.Release()
 	}
 	// A position-zero call of 8 KiB of head and 64 KiB - 1 of bulk does
-	// not fit one 68 KiB buffer: an error, not a panic or a truncation.
+	// not fit one 68 KiB buffer: its pieces go in two, whole.
 	s = newStack(t, stackOpts{client: Config{MaxIO: 64 << 10}})
-	head := sunrpc.AppendCall(nil, &sunrpc.CallHeader{XID: 78, Prog: nfs3.Program, Vers: nfs3.Version, Proc: 7})
+	head := sunrpc.AppendCall(nil, &sunrpc.CallHeader{XID: 78, Prog: nfs3.Program, Vers: nfs3.Version, Proc: 0})
 	head = append(head, make([]byte, 8<<10)...)
 	req = &sunrpc.Request{XID: 78, Head: head, Bulk: make([]byte, 64<<10-1), MaxReply: 1024}
-	if _, err := s.tr.RoundTrip(s.ctx(10*time.Second), req); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("oversized position-zero call: %v, want ErrTooLarge", err)
+	if r, err := s.tr.RoundTrip(s.ctx(10*time.Second), req); err != nil {
+		t.Fatalf("long call in two buffers: %v", err)
+	} else {
+		r.Release()
+	}
+	if c := s.tr.Counters(); c.PositionZero != 1 {
+		t.Fatalf("not sent at position zero: %s", c)
+	}
+	// A head that no number of segments can carry is an error.
+	head = append(sunrpc.AppendCall(nil, &sunrpc.CallHeader{XID: 80, Prog: nfs3.Program, Vers: nfs3.Version, Proc: 0}), make([]byte, 2<<20)...)
+	if _, err := s.tr.RoundTrip(s.ctx(10*time.Second), &sunrpc.Request{XID: 80, Head: head, MaxReply: 1024}); err == nil {
+		t.Fatal("a 2 MiB call was sent")
 	}
 	// The transport goes on.
 	if r, err := s.tr.RoundTrip(s.ctx(10*time.Second), nullRequest(79)); err != nil {

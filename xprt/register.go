@@ -16,40 +16,49 @@ func (cl *call) register(ctx context.Context) error {
 	t, p := cl.t, &cl.plan
 	reg := t.reg
 	if len(p.ReadSegments) > 0 {
-		if cl.readBuf == nil {
-			b, err := reg.GetBuffer(ctx)
-			if err != nil {
-				return err
-			}
-			cl.readBuf = b
-		}
-		mem := cl.readBuf.Bytes()
 		if p.Call == chunks.CallPositionZero {
 			t.ctr.pos0.Add(1)
 		} else {
 			t.ctr.readChunks.Add(1)
 		}
+		size := t.bufSize()
+		var err error
 		// The planned segments are consecutive pieces of one message
 		// (Head, Bulk, pad, Tail at position zero; the Bulk otherwise):
 		// lay them out back to back and expose each one.
-		off := 0
-		for _, s := range p.ReadSegments {
-			if s.Len > len(mem)-off {
-				return fmt.Errorf("%w: a Read chunk of more than %d bytes", ErrTooLarge, len(mem))
-			}
-			if !cl.readLent {
-				if n := len(cl.creq.AppendRange(mem[off:off], s)); n != s.Len {
-					return fmt.Errorf("xprt: internal error: segment %+v laid out as %d bytes", s, n)
-				}
-			} else if s.Buf != chunks.BufBulk || s.Off != off {
-				return fmt.Errorf("xprt: internal error: lent buffer with segment %+v at %d", s, off)
-			}
-			g, err := reg.Register(ctx, cl.readBuf, off, s.Len, frwr.ToPeer)
+		packSegments(p.ReadSegments, size, func(i, bi, off int) {
+			s := p.ReadSegments[i]
 			if err != nil {
-				return err
+				return
 			}
-			cl.regs = append(cl.regs, g)
-			off += s.Len
+			if s.Len > size-off {
+				err = fmt.Errorf("%w: a Read-chunk segment of %d bytes", ErrTooLarge, s.Len)
+				return
+			}
+			for bi >= len(cl.readBufs) {
+				var b *frwr.Buffer
+				if b, err = reg.GetBuffer(ctx); err != nil {
+					return
+				}
+				cl.readBufs = append(cl.readBufs, b)
+			}
+			b := cl.readBufs[bi]
+			if !cl.readLent {
+				if n := len(cl.creq.AppendRange(b.Bytes()[off:off], s)); n != s.Len {
+					err = fmt.Errorf("xprt: internal error: segment %+v laid out as %d bytes", s, n)
+					return
+				}
+			} else if s.Buf != chunks.BufBulk || s.Off != off || bi != 0 {
+				err = fmt.Errorf("xprt: internal error: lent buffer with segment %+v at %d", s, off)
+				return
+			}
+			var g *frwr.Registration
+			if g, err = reg.Register(ctx, b, off, s.Len, frwr.ToPeer); err == nil {
+				cl.regs = append(cl.regs, g)
+			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 	segs := p.WriteSegments
