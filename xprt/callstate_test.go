@@ -11,6 +11,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
 
@@ -266,5 +267,43 @@ func TestCallStateTransitionsChecked(t *testing.T) {
 	}
 	if s.tr.Counters().RefusedTransitions != 1 {
 		t.Fatal("a refused transition was not counted")
+	}
+}
+
+// Asynchronous device events that break the connection without completing
+// any WR (a port going down, a fatal QP or device error) reset the
+// connection; calls go on over the next one. Events for another QP do not.
+func TestAsyncDeviceEventsResetTheConnection(t *testing.T) {
+	for _, ev := range []verbs.AsyncEvent{
+		{Type: verbs.AsyncPortError, Port: 1},
+		{Type: verbs.AsyncDeviceFatal},
+		{Type: verbs.AsyncQPFatal},
+	} {
+		t.Run(ev.Type.String(), func(t *testing.T) {
+			s := newStack(t, stackOpts{})
+			fh, data := s.file("f", 64<<10)
+			other := ev
+			other.QPNum = 0xdead
+			if ev.Type == verbs.AsyncQPFatal {
+				if !s.fab.InjectAsyncEvent("sim0", other) {
+					t.Fatal("no device sim0")
+				}
+				waitFor(t, "the event", func() bool { return s.tr.Counters().AsyncEvents >= 1 })
+				if c := s.tr.Counters(); c.Disconnects != 0 {
+					t.Fatalf("an event for another QP reset the connection: %s", c)
+				}
+				ev.QPNum = s.clientQP().Num()
+			}
+			s.fab.InjectAsyncEvent("sim0", ev)
+			waitFor(t, "the reset", func() bool { return s.tr.Counters().Disconnects == 1 })
+			buf := make([]byte, len(data))
+			r, err := s.c.Read(s.ctx(10*time.Second), fh, 0, buf)
+			if err != nil || r.Count != len(data) || !bytes.Equal(buf, data) {
+				t.Fatalf("READ after the event: %v", err)
+			}
+			if c := s.tr.Counters(); c.Reconnects != 1 {
+				t.Fatalf("no reconnect: %s", c)
+			}
+		})
 	}
 }

@@ -108,6 +108,7 @@ type conn struct {
 	stopPoll  context.CancelFunc
 	pollers   sync.WaitGroup
 	watcher   sync.WaitGroup
+	stopAsync func() // ends the device's asynchronous-event subscription
 	rqDrained chan struct{}
 	sqDrained chan struct{}
 	recvWRs   []verbs.RecvWR
@@ -210,6 +211,12 @@ func (t *Transport) dial(ctx context.Context) (*conn, error) {
 	go c.sendLoop()
 	c.watcher.Add(1)
 	go c.watchEvents()
+	if src, ok := dev.(verbs.AsyncEventSource); ok {
+		events, stop := src.AsyncEvents()
+		c.stopAsync = stop
+		c.watcher.Add(1)
+		go c.watchAsync(events, c.qp.Num())
+	}
 	ok = true
 	return c, nil
 }
@@ -307,6 +314,29 @@ func (c *conn) watchEvents() {
 	}
 }
 
+// watchAsync turns the device's asynchronous events that concern this
+// connection into a connection loss: the device failed, a port went down,
+// or this QP or a CQ broke outside any work request (such errors complete
+// no WR, so nothing else would notice them).
+func (c *conn) watchAsync(events <-chan verbs.AsyncEvent, qpNum uint32) {
+	defer c.watcher.Done()
+	for ev := range events {
+		c.t.ctr.asyncEvents.Add(1)
+		switch ev.Type {
+		case verbs.AsyncDeviceFatal:
+			c.t.connLost(c, fmt.Errorf("xprt: %s: %w", ev.Type, errDeviceGone))
+		case verbs.AsyncPortError, verbs.AsyncCQError:
+			c.t.connLost(c, fmt.Errorf("xprt: device event %s (port %d)", ev.Type, ev.Port))
+		case verbs.AsyncQPFatal, verbs.AsyncQPRequestError, verbs.AsyncQPAccessError:
+			if ev.QPNum == qpNum {
+				c.t.connLost(c, fmt.Errorf("xprt: device event %s on the connection's QP %#x", ev.Type, qpNum))
+			}
+		default:
+			c.t.log.Info("device event", "event", ev.Type, "port", ev.Port)
+		}
+	}
+}
+
 // drain moves the QP to error and waits for the flush completions of a
 // receive sentinel and then a send sentinel: after them the device has
 // finished with every WR posted before (DESIGN.md rule 5).
@@ -372,8 +402,11 @@ func (c *conn) release() {
 	if c.scq != nil {
 		c.scq.Close()
 	}
-	if c.ep != nil {
-		c.ep.Close() // closes Events: the watcher returns
-		c.watcher.Wait()
+	if c.stopAsync != nil {
+		c.stopAsync() // closes the events: watchAsync returns
 	}
+	if c.ep != nil {
+		c.ep.Close() // closes Events: watchEvents returns
+	}
+	c.watcher.Wait()
 }

@@ -49,6 +49,7 @@ type Counters struct {
 	ForeignInvalidations uint64 // replies whose Send With Invalidate named an rkey not of their call
 	DeviceRemovals       uint64 // RDMA CM DEVICE_REMOVAL events
 	RefusedTransitions   uint64 // call-state transitions refused (bugs; logged)
+	AsyncEvents          uint64 // asynchronous device events seen
 }
 
 // String formats the counters as one line.
@@ -57,12 +58,12 @@ func (c Counters) String() string {
 		"pullups %d (%d bytes) binds %d local_inv %d remote_inv %d congestion_waits %d credit_waits %d reply_before_send %d "+
 		"reconnects %d retransmits %d timeouts %d rdma_errors %d error_completions %d disconnects %d credits %d max_outstanding %d "+
 		"windows_replaced %d registrations %d zero_copy_reads %d zero_copy_writes %d busy_polls %d busy_poll_hits %d "+
-		"abandoned %d abandon_resets %d retransmit_resets %d budget_waits %d post_failures %d foreign_invalidations %d device_removals %d refused_transitions %d",
+		"abandoned %d abandon_resets %d retransmit_resets %d budget_waits %d post_failures %d foreign_invalidations %d device_removals %d refused_transitions %d async_events %d",
 		c.Calls, c.Sends, c.SignaledSends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
 		c.PullUps, c.PullUpBytes, c.Binds, c.LocalInvalidations, c.RemoteInvalidations, c.CongestionWaits, c.CreditWaits, c.ReplyBeforeSend,
 		c.Reconnects, c.Retransmits, c.Timeouts, c.RDMAErrors, c.ErrorCompletions, c.Disconnects, c.Credits, c.MaxOutstanding,
 		c.WindowsReplaced, c.Registrations, c.ZeroCopyReads, c.ZeroCopyWrites, c.BusyPolls, c.BusyPollHits,
-		c.Abandoned, c.AbandonResets, c.RetransmitResets, c.BudgetWaits, c.PostFailures, c.ForeignInvalidations, c.DeviceRemovals, c.RefusedTransitions)
+		c.Abandoned, c.AbandonResets, c.RetransmitResets, c.BudgetWaits, c.PostFailures, c.ForeignInvalidations, c.DeviceRemovals, c.RefusedTransitions, c.AsyncEvents)
 }
 
 type counters struct {
@@ -71,5 +72,5 @@ type counters struct {
 	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
 	zeroCopyWrites, busyPolls, busyPollHits                                                                 atomic.Uint64
 	abandoned, abandonResets, retransmitResets, budgetWaits, postFailures, foreignInvalidations             atomic.Uint64
-	deviceRemovals, refusedTransitions                                                                      atomic.Uint64
+	deviceRemovals, refusedTransitions, asyncEvents                                                         atomic.Uint64
 }
