@@ -52,3 +52,9 @@ shell: deps $(TESTBED)
 
 clean:
 	rm -rf $(BUILD)
+
+# Mutation testing: each listed deliberate break of a rule must make its
+# tests fail (scripts/mutations.txt; MUTATE_ONLY=regexp selects ids).
+.PHONY: mutate
+mutate:
+	scripts/mutate.sh scripts/mutations.txt

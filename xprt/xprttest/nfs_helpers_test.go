@@ -1,12 +1,12 @@
 package xprttest
 
 import (
-	"os"
 	"testing"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-billy/v5/memfs"
 	gonfs "github.com/willscott/go-nfs"
+	"go.uber.org/goleak"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
@@ -14,7 +14,7 @@ import (
 
 func TestMain(m *testing.M) {
 	gonfs.Log.SetLevel(gonfs.PanicLevel) // go-nfs's own logging is noise here
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)             // and no goroutine outlives the tests
 }
 
 // NFSv3 and MOUNT v3 procedure numbers (RFC 1813).

@@ -1,0 +1,244 @@
+package xprt
+
+// More rule tests (DESIGN.md rules 3, 6, 8, 9): what happens to a call
+// whose caller gives up, and to replies that invalidate what they must
+// not. On the simulated fabric, with the conformance suite's handler.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/rpcrdma"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
+	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
+)
+
+// heldCallsArrive checks that n held ECHO calls reach the server at once:
+// n credits are free. It releases them and waits for their replies.
+func (r *rig) heldCallsArrive(n int) {
+	r.t.Helper()
+	ctx := r.ctx(10 * time.Second)
+	var tags []uint32
+	var dones []chan error
+	for range n {
+		xid, tag := r.next()
+		tags = append(tags, tag)
+		done := make(chan error, 1)
+		dones = append(dones, done)
+		go func() {
+			rep, err := r.tr.RoundTrip(ctx, sunrpctest.EchoRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, []byte("x")))
+			if err == nil {
+				err = sunrpctest.CheckEcho(rep, xid, []byte("x"))
+				rep.Release()
+			}
+			done <- err
+		}()
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for i, tag := range tags {
+		if err := r.h.WaitArrival(wctx, tag, 1); err != nil {
+			r.t.Errorf("held call %d of %d never reached the server: a credit is lost (%v)", i+1, n, err)
+		}
+	}
+	for _, tag := range tags {
+		r.h.Release(tag)
+	}
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			r.t.Error(err)
+		}
+	}
+	if r.t.Failed() {
+		r.t.FailNow()
+	}
+}
+
+// Rule 9 / RFC 8166 §3.3: a caller that gives up before its call is
+// posted — waiting for a credit, or holding one while it waits for an I/O
+// buffer — gives its credit back.
+func TestRuleCreditReturnedWhenCallerGivesUpBeforePost(t *testing.T) {
+	r := newRig(t, Config{Slots: 2, SendQueue: 64, IOBuffers: 1}, xprttest.Config{Credits: 2})
+	ctx := r.ctx(30 * time.Second)
+	if err := r.null(ctx); err != nil { // the grant of 2
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		// A holds the only I/O buffer and a credit; B gets the other
+		// credit and waits for the buffer; C.. wait for a credit.
+		xa, ta := r.next()
+		adone := make(chan error, 1)
+		go func() {
+			rep, err := r.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xa, sunrpctest.Control{Tag: ta, Action: sunrpctest.Hold}, 1, 4096, make([]byte, 4096)))
+			if err == nil {
+				err = sunrpctest.CheckRead(rep, xa, 1, 4096)
+				rep.Release()
+			}
+			adone <- err
+		}()
+		if err := r.h.WaitArrival(ctx, ta, 1); err != nil {
+			t.Fatal(err)
+		}
+		waits := r.tr.Counters().CreditWaits
+		gctx, giveUp := context.WithCancel(ctx)
+		var dones []chan error
+		for i := range 6 {
+			xid, tag := r.next()
+			d := make(chan error, 1)
+			dones = append(dones, d)
+			go func() {
+				_, err := r.tr.RoundTrip(gctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag}, uint32(i), 4096, make([]byte, 4096)))
+				d <- err
+			}()
+		}
+		waitFor(t, "calls waiting for a credit", func() bool { return r.tr.Counters().CreditWaits >= waits+5 })
+		giveUp()
+		for _, d := range dones {
+			if err := <-d; !errors.Is(err, context.Canceled) {
+				t.Fatalf("round %d: a given-up call ended with %v", round, err)
+			}
+		}
+		r.h.Release(ta)
+		if err := <-adone; err != nil {
+			t.Fatal(err)
+		}
+		r.heldCallsArrive(2)
+	}
+}
+
+// Rules 3 and 9: a call whose caller gave up keeps its windows and its
+// I/O buffer until its windows are invalid: the next call waits for the
+// buffer, the late reply lands only in the given-up call's own memory,
+// and afterwards its rkey is dead.
+func TestRuleGivenUpCallKeepsWindowsUntilInvalid(t *testing.T) {
+	r := newRig(t, Config{IOBuffers: 1}, xprttest.Config{})
+	ctx := r.ctx(30 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	buf := bytes.Repeat([]byte{0x5a}, 64<<10)
+	xa, ta := r.giveUpHeld(1, buf)
+	segA := r.header(xa, 0).Writes[0][0]
+	bdone := make(chan error, 1)
+	go func() { bdone <- r.read(ctx, 2, 64<<10) }()
+	r.h.Release(ta) // A's late reply
+	if err := <-bdone; err != nil {
+		t.Fatalf("the READ after the given-up one: %v", err)
+	}
+	if err := r.srv.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.serverQP().RogueWrite(segA.Offset, segA.Handle, []byte{1, 2, 3, 4}); st == verbs.StatusSuccess {
+		t.Fatalf("the given-up call's rkey %#x still works after it was settled", segA.Handle)
+	}
+	if err := r.read(ctx, 3, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	c := r.tr.Counters()
+	if c.ErrorCompletions != 0 && c.Disconnects > 1 {
+		t.Fatalf("windows or buffers reused in an unknown state: %s", c)
+	}
+	if rc := r.tr.reg.Counters(); rc.BuffersPutWhileExposed != 0 {
+		t.Fatalf("an I/O buffer was put back while a window still exposed it: %+v", rc)
+	}
+}
+
+// rogueReply is an RDMA_MSG reply to xid with no chunks carrying an
+// accepted ECHO result of data.
+func rogueReply(t *testing.T, xid uint32, data []byte) []byte {
+	h := rpcrdma.Header{XID: xid, Credits: 64, Proc: rpcrdma.ProcMsg}
+	b, err := h.Append(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = sunrpc.AppendReply(b, &sunrpc.ReplyHeader{XID: xid, Stat: sunrpc.MsgAccepted, Verf: sunrpc.AuthNone, Accept: sunrpc.Success})
+	b = sunrpc.AppendUint32(b, 0)
+	return sunrpc.AppendOpaque(b, data)
+}
+
+// heldRead starts a held READ of 64 KiB and returns its xid, tag, the
+// rkey of its one window, and where its result arrives.
+func (r *rig) heldRead(ctx context.Context, seed uint32) (xid, tag, rkey uint32, done chan error) {
+	r.t.Helper()
+	xid, tag = r.next()
+	done = make(chan error, 1)
+	go func() {
+		rep, err := r.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, seed, 64<<10, make([]byte, 64<<10)))
+		if err == nil {
+			err = sunrpctest.CheckRead(rep, xid, seed, 64<<10)
+			rep.Release()
+		}
+		done <- err
+	}()
+	if err := r.h.WaitArrival(ctx, tag, 1); err != nil {
+		r.t.Fatal(err)
+	}
+	return xid, tag, r.header(xid, 0).Writes[0][0].Handle, done
+}
+
+// Rule 8: a Send With Invalidate on a reply whose xid matches no call
+// invalidated one of our windows behind our back: its state is unknown,
+// so the connection is reset (never ignored: the window would later be
+// invalidated twice, which panics rxe).
+func TestRuleUnknownXIDSendWithInvalidateResets(t *testing.T) {
+	r := newRig(t, Config{}, xprttest.Config{})
+	ctx := r.ctx(30 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	xid, tag, rkey, done := r.heldRead(ctx, 8)
+	if st := r.serverQP().RogueSend(rogueReply(t, xid^0x80000000, []byte("rogue")), true, rkey); st != verbs.StatusSuccess {
+		t.Fatalf("rogue send: %v", st)
+	}
+	waitFor(t, "the connection reset", func() bool { return r.tr.Counters().Disconnects > 0 })
+	r.h.Release(tag)
+	if err := <-done; err != nil {
+		t.Fatalf("the READ whose window was invalidated: %v", err)
+	}
+	if c := r.tr.Counters(); c.BadXIDs == 0 || c.Retransmits == 0 {
+		t.Fatalf("want the unknown xid counted and the READ sent again: %s", c)
+	}
+}
+
+// Rules 3 and 8: a reply that invalidates an rkey that is not one of its
+// own call's (here: another outstanding call's) is a protocol error: the
+// connection is reset and both calls are sent again.
+func TestRuleRemoteInvalidationOfAnotherCallsRkeyResets(t *testing.T) {
+	r := newRig(t, Config{}, xprttest.Config{})
+	ctx := r.ctx(30 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	xa, ta := r.next()
+	adone := make(chan error, 1)
+	go func() {
+		rep, err := r.tr.RoundTrip(ctx, sunrpctest.EchoRequest(xa, sunrpctest.Control{Tag: ta, Action: sunrpctest.Hold}, []byte("echo")))
+		if err == nil {
+			err = sunrpctest.CheckEcho(rep, xa, []byte("echo"))
+			rep.Release()
+		}
+		adone <- err
+	}()
+	if err := r.h.WaitArrival(ctx, ta, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, tb, rkeyB, bdone := r.heldRead(ctx, 9)
+	// A's reply, well formed, but invalidating B's window.
+	if st := r.serverQP().RogueSend(rogueReply(t, xa, []byte("echo")), true, rkeyB); st != verbs.StatusSuccess {
+		t.Fatalf("rogue send: %v", st)
+	}
+	waitFor(t, "the connection reset", func() bool { return r.tr.Counters().Disconnects > 0 })
+	r.h.Release(ta)
+	r.h.Release(tb)
+	if err := <-bdone; err != nil {
+		t.Fatalf("B: %v", err)
+	}
+	if err := <-adone; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+}
