@@ -177,6 +177,11 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	if cl.state == stPosted {
 		cl.to(stReplied)
 	}
+	// The grant sizes the receive queue now, so that step 3 reposts
+	// enough for it before step 4 lets more calls go (rule 7).
+	c.mu.Lock()
+	c.recvs.SetCredits(int(min(max(hdr.Credits, 1), uint32(c.slots))))
+	c.mu.Unlock()
 	// Copy what the call needs out of the receive buffer: after this the
 	// buffer is reposted.
 	cl.inline = append(cl.inline[:0], data[hn:]...)
@@ -205,7 +210,6 @@ func (c *conn) settle(r received) error {
 	c.mu.Lock()
 	granted := c.credits.Grant(cl.hdr.Credits)
 	t.ctr.credits.Store(uint64(granted))
-	c.recvs.SetCredits(int(granted))
 	if cl.hasCredit {
 		cl.hasCredit = false
 		c.credits.Release()
