@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 
@@ -52,7 +53,7 @@ func Example() {
 	defer target.Unmount(ctx)
 
 	// (0o666: the example server cannot chmod, and creates files 0o666.)
-	f, err := target.OpenFile(ctx, "/docs/hello.txt", 0o666)
+	f, err := target.OpenFileContext(ctx, "/docs/hello.txt", os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	f, err = target.Open(ctx, "/docs/hello.txt")
+	f, err = target.OpenContext(ctx, "/docs/hello.txt")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -223,7 +223,7 @@ func TestGoNFSSmoke(t *testing.T) {
 	if err := tgt.Client().Null(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f, err := tgt.OpenFile(ctx, "/hello.txt", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "/hello.txt", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestGoNFSSmoke(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err = tgt.Open(ctx, "hello.txt")
+	f, err = tgt.OpenContext(ctx, "hello.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -302,7 +302,7 @@ func TestRDMALargeFile(t *testing.T) {
 	writes := (size + rdmaIO - 1) / rdmaIO
 
 	before := n.tr.Counters()
-	f, err := tgt.OpenFile(ctx, "/big.bin", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "/big.bin", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestRDMALargeFile(t *testing.T) {
 		t.Fatal("the server's copy differs")
 	}
 
-	g, err := tgt.Open(ctx, "big.bin")
+	g, err := tgt.OpenContext(ctx, "big.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,7 +596,7 @@ func TestRDMAErrorMapping(t *testing.T) {
 		t.Errorf("MKDIR of an existing directory: %v", err)
 	}
 	var pe *fs.PathError
-	if _, err := tgt.Open(ctx, "/d/nope"); !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != "/d/nope" {
+	if _, err := tgt.OpenContext(ctx, "/d/nope"); !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != "/d/nope" {
 		t.Errorf("Open of a missing file: %v", err)
 	}
 	if err := tgt.Remove(ctx, "/d/nope"); !errors.Is(err, fs.ErrNotExist) {

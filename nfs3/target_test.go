@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -73,7 +74,7 @@ func TestPipelinedLargeFile(t *testing.T) {
 	rand.Read(data)
 	want := sha256.Sum256(data)
 
-	f, err := tgt.OpenFile(ctx, "big.bin", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "big.bin", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestPipelinedLargeFile(t *testing.T) {
 		t.Fatalf("size on the server: %d %v", a.Size, err)
 	}
 
-	f, err = tgt.Open(ctx, "big.bin")
+	f, err = tgt.OpenContext(ctx, "big.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestSmallWrites(t *testing.T) {
 	s := startGoNFS(t)
 	tgt := s.mount(t, &MountOptions{Client: ClientOptions{Wsize: 8 << 10}, MaxDirty: 64 << 10})
 	ctx := testCtx(t)
-	f, err := tgt.OpenFile(ctx, "/small", 0o600)
+	f, err := tgt.OpenFileContext(ctx, "/small", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestSmallWrites(t *testing.T) {
 	if _, err := f.Write([]byte("x")); !errors.Is(err, fs.ErrClosed) {
 		t.Errorf("write after close: %v", err)
 	}
-	g, err := tgt.Open(ctx, "small")
+	g, err := tgt.OpenContext(ctx, "small")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestPathAPI(t *testing.T) {
 	if err := tgt.Remove(ctx, "/a/g"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("remove missing: %v", err)
 	}
-	if _, err := tgt.Open(ctx, "/nope"); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := tgt.OpenContext(ctx, "/nope"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("open missing: %v", err)
 	}
 
