@@ -3,6 +3,7 @@ package nfs3
 import (
 	"context"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path"
@@ -33,6 +34,7 @@ type unixFS struct {
 	mu    sync.Mutex
 	owner map[string][2]int
 	modes map[string]os.FileMode // chmod'ed permissions, by clean path
+	times map[string]sizeTime    // stable mtimes, by clean path
 }
 
 func (u *unixFS) Chmod(name string, mode os.FileMode) error {
@@ -48,21 +50,43 @@ func (u *unixFS) Chmod(name string, mode os.FileMode) error {
 	return nil
 }
 
-// modeInfo overrides a FileInfo's permissions.
+// modeInfo overrides a FileInfo's permissions and modification time.
 type modeInfo struct {
 	os.FileInfo
-	perm os.FileMode
+	perm  os.FileMode
+	mtime time.Time
 }
 
-func (m modeInfo) Mode() os.FileMode { return m.FileInfo.Mode()&^os.ModePerm | m.perm }
+func (m modeInfo) Mode() os.FileMode   { return m.FileInfo.Mode()&^os.ModePerm | m.perm }
+func (m modeInfo) ModTime() time.Time  { return m.mtime }
+func (m modeInfo) Unwrap() os.FileInfo { return m.FileInfo }
+func (m modeInfo) String() string      { return fs.FormatFileInfo(m) }
+
+// sizeTime is when a file was first seen at its current size: memfs reports
+// the time of the call as every file's mtime, which no client could cache or
+// compare.
+type sizeTime struct {
+	size  int64
+	mtime time.Time
+}
 
 func (u *unixFS) withMode(name string, fi os.FileInfo) os.FileInfo {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if perm, ok := u.modes[path.Clean("/"+name)]; ok {
-		return modeInfo{fi, perm}
+	p := path.Clean("/" + name)
+	if u.times == nil {
+		u.times = map[string]sizeTime{}
 	}
-	return fi
+	st, ok := u.times[p]
+	if !ok || st.size != fi.Size() {
+		st = sizeTime{fi.Size(), time.Now()}
+		u.times[p] = st
+	}
+	perm, ok := u.modes[p]
+	if !ok {
+		perm = fi.Mode().Perm()
+	}
+	return modeInfo{fi, perm, st.mtime}
 }
 
 func (u *unixFS) Stat(name string) (os.FileInfo, error) {
@@ -101,6 +125,7 @@ func (u *unixFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, 
 func (u *unixFS) Remove(name string) error {
 	u.mu.Lock()
 	delete(u.modes, path.Clean("/"+name))
+	delete(u.times, path.Clean("/"+name))
 	u.mu.Unlock()
 	return u.Filesystem.Remove(name)
 }
@@ -209,6 +234,8 @@ func (s *goNFSServer) mount(t testing.TB, opts *MountOptions) *Target {
 	t.Cleanup(func() { tgt.Close() })
 	return tgt
 }
+
+func (s *goNFSServer) addr() string { return net.JoinHostPort(s.host, strconv.Itoa(s.port)) }
 
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
