@@ -7,6 +7,7 @@ require (
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/willscott/go-nfs v0.0.4
 	github.com/willscott/go-nfs-client v0.0.0-20251022144359-801f10d98886
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.46.0
 )
 

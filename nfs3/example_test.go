@@ -12,34 +12,32 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/go-git/go-billy/v5/memfs"
-	gonfs "github.com/willscott/go-nfs"
-	"github.com/willscott/go-nfs/helpers"
-
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/nfs3/gonfstest"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // exampleServer starts an in-memory NFSv3 server (go-nfs) on 127.0.0.1 and
-// returns its host and port; MOUNT and NFS share the port.
-func exampleServer() (string, int) {
+// returns its host and port (MOUNT and NFS share the port) and its stop.
+func exampleServer() (string, int, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	mem := memfs.New()
+	mem := gonfstest.NewMemFS()
 	if err := mem.MkdirAll("/docs", 0o755); err != nil {
 		log.Fatal(err)
 	}
-	go gonfs.Serve(ln, helpers.NewCachingHandler(helpers.NewNullAuthHandler(mem), 1024))
+	stop := gonfstest.Serve(ln, mem)
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	p, _ := strconv.Atoi(port)
-	return host, p
+	return host, p, stop
 }
 
 // Mount an export and use it through paths, as with go-nfs-client.
 func Example() {
-	host, port := exampleServer()
+	host, port, stop := exampleServer()
+	defer stop()
 	ctx := context.Background()
 
 	// Against knfsd: nfs3.Mount(ctx, "server", "/export", nil) finds the ports
@@ -89,7 +87,8 @@ func Example() {
 
 // Errors are nfs3.Status values that match io/fs and syscall errors.
 func ExampleStatus() {
-	host, port := exampleServer()
+	host, port, stop := exampleServer()
+	defer stop()
 	ctx := context.Background()
 	target, err := nfs3.Mount(ctx, host, "/", &nfs3.MountOptions{MountPort: port, NFSPort: port, Cred: &sunrpc.AuthNone})
 	if err != nil {
@@ -109,7 +108,8 @@ func ExampleStatus() {
 // transport plugs in the same way. ReadAt and WriteAt pipeline READs and
 // WRITEs of the negotiated size.
 func ExampleClient() {
-	host, port := exampleServer()
+	host, port, stop := exampleServer()
+	defer stop()
 	ctx := context.Background()
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 

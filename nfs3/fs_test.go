@@ -8,225 +8,13 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
-
-// fsTree is the tree the fs.FS tests build: name → contents ("" with a
-// trailing slash is a directory).
-var fsTree = []struct{ name, data string }{
-	{"a/", ""},
-	{"a/b/", ""},
-	{"a/b/c.txt", "deep file\n"},
-	{"a/empty", ""},
-	{"hello.txt", "hello, world\n"},
-	{"big.bin", strings.Repeat("0123456789abcdef", 400)}, // 6400 bytes: two READs of 4 KiB
-	{"z/", ""},
-}
-
-// buildTree creates fsTree under root (a Target path) through the path API.
-func buildTree(t *testing.T, ctx context.Context, tgt *Target, root string) []string {
-	t.Helper()
-	if _, err := tgt.Mkdir(ctx, root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var files []string
-	for _, e := range fsTree {
-		p := root + "/" + e.name
-		if strings.HasSuffix(e.name, "/") {
-			if _, err := tgt.Mkdir(ctx, strings.TrimSuffix(p, "/"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		files = append(files, e.name)
-		f, err := tgt.OpenFileContext(ctx, p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write([]byte(e.data)); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return files
-}
-
-// TestFSTest runs testing/fstest.TestFS on an export served by go-nfs.
-func TestFSTest(t *testing.T) {
-	s := startGoNFS(t)
-	// (Small READs: fstest reads byte by byte, each byte a READ.)
-	tgt := s.mount(t, &MountOptions{Client: ClientOptions{Rsize: 4096}})
-	ctx := testCtx(t)
-	files := buildTree(t, ctx, tgt, "/tree")
-	sub, err := fs.Sub(tgt, "tree")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fstest.TestFS(sub, files...); err != nil {
-		t.Fatal(err)
-	}
-	// And the export itself, root included.
-	if err := fstest.TestFS(tgt, "tree/hello.txt", "tree/a/b/c.txt"); err != nil {
-		t.Fatal(err)
-	}
-
-	var walked []string
-	err = fs.WalkDir(tgt, "tree", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		walked = append(walked, p)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := "tree tree/a tree/a/b tree/a/b/c.txt tree/a/empty tree/big.bin tree/hello.txt tree/z"
-	if got := strings.Join(walked, " "); got != want {
-		t.Errorf("WalkDir: %s\nwant     %s", got, want)
-	}
-	b, err := fs.ReadFile(tgt, "tree/big.bin")
-	if err != nil || string(b) != fsTree[5].data || len(b) <= 4096 {
-		t.Errorf("ReadFile big.bin: %d bytes, %v", len(b), err)
-	}
-	for _, bad := range []string{"/tree", "tree/", "tree/../tree", "./tree"} {
-		if _, err := tgt.Open(bad); !errors.Is(err, fs.ErrInvalid) {
-			t.Errorf("Open(%q): %v, want fs.ErrInvalid", bad, err)
-		}
-	}
-	if _, err := tgt.Stat("tree/nope"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("Stat of a missing file: %v", err)
-	}
-	if fi, err := tgt.Stat("."); err != nil || fi.Name() != "." || !fi.IsDir() {
-		t.Errorf("Stat(.) = %v, %v", fi, err)
-	}
-}
-
-func TestOpenFileFlags(t *testing.T) {
-	s := startGoNFS(t)
-	tgt := s.mount(t, nil)
-	ctx := testCtx(t)
-	checkOpenFileFlags(t, ctx, tgt, "/flags")
-}
-
-// checkOpenFileFlags exercises OpenFile's os flags under dir (created).
-func checkOpenFileFlags(t *testing.T, ctx context.Context, tgt *Target, dir string) {
-	t.Helper()
-	if _, err := tgt.Mkdir(ctx, dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := dir + "/f"
-	read := func() string {
-		t.Helper()
-		b, err := tgt.ReadFileContext(ctx, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	if _, err := tgt.OpenFileContext(ctx, p, os.O_RDWR, 0); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("open of a missing file without O_CREATE: %v", err)
-	}
-	f, err := tgt.OpenFileContext(ctx, p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write([]byte("0123456789")); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := tgt.Stat(strings.TrimPrefix(p, "/")); err != nil || fi.Mode().Perm() != 0o640 || fi.Size() != 10 {
-		t.Errorf("after O_EXCL create: %v, %v; want -rw-r----- of 10 bytes", fi, err)
-	}
-	if _, err := tgt.OpenFileContext(ctx, p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640); !errors.Is(err, fs.ErrExist) || !errors.Is(err, syscall.EEXIST) {
-		t.Errorf("second O_EXCL create: %v", err)
-	}
-	// O_CREATE without O_EXCL opens the existing file untouched.
-	f, err = tgt.OpenFileContext(ctx, p, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt([]byte("AB"), 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Read(make([]byte, 1)); !errors.Is(err, syscall.EBADF) {
-		t.Errorf("Read on O_WRONLY: %v, want EBADF", err)
-	}
-	f.Close()
-	if got := read(); got != "01AB456789" {
-		t.Errorf("after WriteAt: %q", got)
-	}
-	// O_APPEND writes at the end, whatever the offset; WriteAt is refused.
-	f, err = tgt.OpenFileContext(ctx, p, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range []string{"xy", "z"} {
-		if n, err := f.Write([]byte(s)); n != len(s) || err != nil {
-			t.Fatalf("append: %d, %v", n, err)
-		}
-	}
-	if _, err := f.WriteAt([]byte("q"), 0); err == nil {
-		t.Error("WriteAt on O_APPEND succeeded")
-	}
-	f.Close()
-	if got := read(); got != "01AB456789xyz" {
-		t.Errorf("after O_APPEND: %q", got)
-	}
-	// O_TRUNC empties it; a read-only File refuses writes.
-	f, err = tgt.OpenFileContext(ctx, p, os.O_RDWR|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi, err := f.Stat(); err != nil || fi.Size() != 0 {
-		t.Errorf("after O_TRUNC: %v, %v", fi, err)
-	}
-	f.Write([]byte("new"))
-	f.Close()
-	if got := read(); got != "new" {
-		t.Errorf("after O_TRUNC and a write: %q", got)
-	}
-	f, err = tgt.OpenFileContext(ctx, p, os.O_RDONLY|os.O_TRUNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write([]byte("x")); !errors.Is(err, syscall.EBADF) {
-		t.Errorf("Write on O_RDONLY: %v, want EBADF", err)
-	}
-	f.Close()
-	if got := read(); got != "new" {
-		t.Errorf("O_RDONLY|O_TRUNC truncated: %q", got)
-	}
-	// O_CREATE|O_TRUNC of a new file; directories open only read-only.
-	f, err = tgt.OpenFileContext(ctx, dir+"/g", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if _, err := tgt.OpenFileContext(ctx, dir, os.O_RDWR, 0); !errors.Is(err, syscall.EISDIR) {
-		t.Errorf("directory opened O_RDWR: %v", err)
-	}
-	d, err := tgt.OpenContext(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ents, err := d.ReadDir(-1)
-	if err != nil || len(ents) != 2 || ents[0].Name() != "f" || ents[1].Name() != "g" {
-		t.Errorf("ReadDir: %v, %v", ents, err)
-	}
-	d.Close()
-}
 
 // TestExclusiveCreateSendsVerifier checks the CREATE of O_EXCL: EXCLUSIVE
 // with a verifier, then SETATTR of the mode.
@@ -326,7 +114,7 @@ func (f *freezable) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 func TestDeadlines(t *testing.T) {
 	s := startGoNFS(t)
 	ctx := testCtx(t)
-	tcp, err := sunrpc.DialTCP(ctx, s.addr(), nil)
+	tcp, err := sunrpc.DialTCP(ctx, s.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +307,7 @@ func TestDefaultCredential(t *testing.T) {
 	// Mount with an explicit AuthNone keeps AUTH_NONE for NFS calls too.
 	s := startGoNFS(t)
 	ctx := testCtx(t)
-	tcp, err := sunrpc.DialTCP(ctx, s.addr(), nil)
+	tcp, err := sunrpc.DialTCP(ctx, s.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
