@@ -269,4 +269,3 @@ func TestDirectoryPaging(t *testing.T) {
 		}
 	}
 }
-
