@@ -947,7 +947,7 @@ func TestNFS3RestartBetweenWriteAndCommit(t *testing.T) {
 					}
 				case "File": // small writes kept until Close commits them
 					tgt := nfs3.NewTarget(n.c, n.root, 64<<20)
-					f, err := tgt.OpenContext(ctx, name)
+					f, err := tgt.OpenFileContext(ctx, name, os.O_RDWR, 0)
 					if err != nil {
 						t.Fatal(err)
 					}
