@@ -50,8 +50,7 @@ func Example() {
 	}
 	defer target.Unmount(ctx)
 
-	// (0o666: the example server cannot chmod, and creates files 0o666.)
-	f, err := target.OpenFileContext(ctx, "/docs/hello.txt", os.O_RDWR|os.O_CREATE, 0o666)
+	f, err := target.OpenFileContext(ctx, "/docs/hello.txt", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -82,7 +81,7 @@ func Example() {
 	}
 	// Output:
 	// hello, world
-	// hello.txt 13 -rw-rw-rw-
+	// hello.txt 13 -rw-r--r--
 }
 
 // Errors are nfs3.Status values that match io/fs and syscall errors.
@@ -164,4 +163,39 @@ func ExampleClient_DirEntriesPlus() {
 		}
 		fmt.Println(e.Name, e.Cookie)
 	}
+}
+
+// A Target is an io/fs file system: walk it, glob it, serve it with http.FS.
+func ExampleTarget_fs() {
+	host, port, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+	target, err := nfs3.Mount(ctx, host, "/", &nfs3.MountOptions{MountPort: port, NFSPort: port, Cred: &sunrpc.AuthNone})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer target.Close()
+	for _, p := range []string{"/docs/a.txt", "/docs/b.md"} {
+		f, err := target.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			log.Fatal(err)
+		}
+		f.Write([]byte(p))
+		f.Close()
+	}
+	fs.WalkDir(target, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			fmt.Println(p)
+		}
+		return nil
+	})
+	b, _ := fs.ReadFile(target, "docs/b.md")
+	fmt.Println(string(b))
+	// Output:
+	// docs/a.txt
+	// docs/b.md
+	// /docs/b.md
 }
