@@ -3,6 +3,7 @@ package sunrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"syscall"
@@ -60,7 +61,8 @@ func DialResvPort(ctx context.Context, network, addr string, prefer int) (net.Co
 		}
 		return nil, err
 	}
-	return nil, last
+	return nil, fmt.Errorf("sunrpc: no free reserved source port (%d-%d) to %s (NoResvPort dials from an ordinary one): %w",
+		MinResvPort, MaxResvPort, addr, last)
 }
 
 // reuseAddr sets SO_REUSEADDR so that a port whose earlier connection lingers
