@@ -213,11 +213,29 @@ func components(p string) []string {
 	return strings.Split(p[1:], "/")
 }
 
+// checkNames fails with ErrNameTooLong, before any call, when a component of
+// cs is longer than NFSv3's 255 bytes: the Linux client caps a server's
+// name_max (PATHCONF) at that, so over-long names fail the same way on every
+// server; names a server with a smaller name_max refuses come back as its
+// NFS3ERR_NAMETOOLONG.
+func checkNames(cs []string) error {
+	for _, c := range cs {
+		if len(c) > MaxNameLen {
+			return ErrNameTooLong
+		}
+	}
+	return nil
+}
+
 // walk resolves p to a handle (and its attributes, when the server sent them).
 func (t *Target) walk(ctx context.Context, p string) (FileHandle, *Attr, error) {
 	fh := t.root
 	var attr *Attr
-	for _, name := range components(p) {
+	cs := components(p)
+	if err := checkNames(cs); err != nil {
+		return nil, nil, err
+	}
+	for _, name := range cs {
 		r, err := t.c.Lookup(ctx, fh, name)
 		if err != nil {
 			return nil, nil, err
@@ -232,6 +250,9 @@ func (t *Target) walkParent(ctx context.Context, p string) (FileHandle, string, 
 	cs := components(p)
 	if len(cs) == 0 {
 		return nil, "", ErrInval // the root has no parent in the export
+	}
+	if err := checkNames(cs); err != nil {
+		return nil, "", err
 	}
 	dir := t.root
 	for _, name := range cs[:len(cs)-1] {

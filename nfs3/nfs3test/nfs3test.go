@@ -317,12 +317,24 @@ func Errors(t *testing.T, ctx context.Context, tgt *nfs3.Target, dir string, srv
 	}
 	_, err = tgt.OpenFileContext(ctx, dir+"/d", os.O_WRONLY, 0)
 	check("open a directory for writing", err, syscall.EISDIR)
+	// Names over 255 bytes: refused by the client before any call, as by
+	// the Linux client; and by the server itself (NFS3ERR_NAMETOOLONG).
+	long := strings.Repeat("n", nfs3.MaxNameLen+1)
+	_, err = tgt.OpenFileContext(ctx, dir+"/"+long, os.O_RDWR|os.O_CREATE, 0o644)
+	check("create a name of 256 bytes", err, syscall.ENAMETOOLONG)
+	_, err = tgt.Mkdir(ctx, dir+"/"+long, 0o755)
+	check("mkdir a name of 256 bytes", err, syscall.ENAMETOOLONG)
+	_, _, err = tgt.Lookup(ctx, dir+"/"+long+"/x")
+	check("lookup through a name of 256 bytes", err, syscall.ENAMETOOLONG)
 	if !srv.NoNameMax {
-		long := strings.Repeat("n", nfs3.MaxNameLen+1)
-		_, err = tgt.OpenFileContext(ctx, dir+"/"+long, os.O_RDWR|os.O_CREATE, 0o644)
-		check("create a name of 256 bytes", err, syscall.ENAMETOOLONG)
-		_, err = tgt.Mkdir(ctx, dir+"/"+long, 0o755)
-		check("mkdir a name of 256 bytes", err, syscall.ENAMETOOLONG)
+		_, dfh, err := tgt.Lookup(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = tgt.Client().Mkdir(ctx, dfh, long, nfs3.SetAttr{})
+		if !errors.Is(err, nfs3.ErrNameTooLong) || !errors.Is(err, syscall.ENAMETOOLONG) {
+			t.Errorf("server's MKDIR of a name of 256 bytes: %v", err)
+		}
 	}
 	_, err = tgt.Stat(fsRel(dir) + "/d/../d")
 	check("fs name with ..", err, fs.ErrInvalid)
