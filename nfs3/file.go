@@ -188,6 +188,9 @@ func (f *File) Stat() (fs.FileInfo, error) {
 
 // StatContext returns the file's attributes (GETATTR).
 func (f *File) StatContext(ctx context.Context) (*FileInfo, error) {
+	if err := f.checkOpen(); err != nil {
+		return nil, pathErr("stat", f.name, err)
+	}
 	a, err := f.t.c.Getattr(ctx, f.fh)
 	if err != nil {
 		return nil, pathErr("stat", f.name, err)
