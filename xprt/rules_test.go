@@ -1,6 +1,6 @@
 package xprt
 
-// One test per rule of DESIGN.md ("Rules the transport must keep"), on the
+// One test per rule of the package doc ("The rules the code keeps"), on the
 // simulated fabric against xprttest: go test -run '^TestRule' ./...
 
 import (
