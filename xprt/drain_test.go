@@ -203,7 +203,14 @@ func TestRuleDrainBeforeDestroy(t *testing.T) {
 	} else {
 		rep.Release()
 	}
+	// Flushes that take a while to complete: a teardown that does not wait
+	// for them destroys the QP first.
+	slowFlush := func() {
+		qps := srv.QPs()
+		qps[len(qps)-1].Peer().DelaySendCompletions(30 * time.Millisecond)
+	}
 	tags, dones := held(100)
+	slowFlush()
 	srv.Disconnect()
 	for _, tag := range tags {
 		h.Release(tag)
@@ -214,6 +221,7 @@ func TestRuleDrainBeforeDestroy(t *testing.T) {
 		}
 	}
 	_, dones = held(200)
+	slowFlush()
 	tr.Close()
 	for _, d := range dones {
 		<-d
