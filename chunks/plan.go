@@ -3,6 +3,8 @@ package chunks
 import (
 	"fmt"
 	"math"
+
+	"github.com/nfsrdma/nfsrdma/rpcrdma"
 )
 
 // MessageType is the rdma_proc field of the transport header, with its wire
@@ -10,8 +12,8 @@ import (
 type MessageType uint32
 
 const (
-	RDMAMsg   MessageType = 0 // RDMA_MSG: the RPC message follows the transport header
-	RDMANoMsg MessageType = 1 // RDMA_NOMSG: the RPC message is in a chunk
+	RDMAMsg   = MessageType(rpcrdma.ProcMsg)   // RDMA_MSG: the RPC message follows the transport header
+	RDMANoMsg = MessageType(rpcrdma.ProcNoMsg) // RDMA_NOMSG: the RPC message is in a chunk
 )
 
 func (t MessageType) String() string {
@@ -24,22 +26,23 @@ func (t MessageType) String() string {
 	return fmt.Sprintf("rdma_proc(%d)", uint32(t))
 }
 
-// Sizes of the transport header's parts in bytes (RFC 8166 §4.2 and §5).
+// Sizes of the transport header's parts in bytes (RFC 8166 §4.2 and §5),
+// from the wire codec's constants.
 const (
-	fixedHeaderLen  = 4 * 4 // rdma_xid, rdma_vers, rdma_credit, rdma_proc
-	readSegmentLen  = 6 * 4 // "present" discriminator, position, handle, length, 64-bit offset
-	plainSegmentLen = 4 * 4 // handle, length, 64-bit offset
-	listEndLen      = 4     // "not present" discriminator ending a list or standing for an absent Reply chunk
-	chunkHeadLen    = 2 * 4 // "present" discriminator and segment count of a Write or Reply chunk
+	fixedHeaderLen  = rpcrdma.FixedHeaderLen     // rdma_xid, rdma_vers, rdma_credit, rdma_proc
+	readSegmentLen  = 4 + 4 + rpcrdma.SegmentLen // "present" discriminator, position, segment
+	plainSegmentLen = rpcrdma.SegmentLen         // handle, length, 64-bit offset
+	listEndLen      = 4                          // "not present" discriminator ending a list or standing for an absent Reply chunk
+	chunkHeadLen    = 2 * 4                      // "present" discriminator and segment count of a Write or Reply chunk
 )
 
 // MinHeaderLen is the smallest transport header: the fixed fields and three
 // empty chunk lists, 7 XDR words.
-const MinHeaderLen = fixedHeaderLen + 3*listEndLen
+const MinHeaderLen = rpcrdma.MinHeaderLen
 
 // DefaultInline is the inline threshold in both directions when the peers
 // exchange no RFC 8797 private data (RFC 8166 §3.3).
-const DefaultInline = 1024
+const DefaultInline = rpcrdma.DefaultInlineSize
 
 // maxLength bounds every length and position this package produces. The wire
 // fields are 32 bits; 2^31-1 also fits an int on every platform.

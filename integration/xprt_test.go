@@ -301,7 +301,7 @@ func TestXprtConcurrentCredits(t *testing.T) {
 // remotely and the client invalidates locally; a small send queue makes
 // concurrent calls wait for room.
 func TestXprtLocalInvalidationAndCongestion(t *testing.T) {
-	n := dialRDMA(t, xprt.Config{MaxSegment: 256 << 10, SendQueue: 32})
+	n := dialRDMA(t, xprt.Config{MaxSegment: 256 << 10, SendQueue: 40})
 	ctx := ctxT(t, 180*time.Second)
 	data := serverFile(t, "multi", 1<<20)
 	lr, err := n.c.Lookup(ctx, n.root, "multi")
@@ -334,7 +334,7 @@ func TestXprtLocalInvalidationAndCongestion(t *testing.T) {
 		t.Errorf("no local invalidation for multi-rkey READs: %s", c)
 	}
 	if c.CongestionWaits == 0 {
-		t.Errorf("no congestion wait with a 32-WR send queue: %s", c)
+		t.Errorf("no congestion wait with a 40-WR send queue: %s", c)
 	}
 }
 

@@ -504,3 +504,53 @@ type Listener interface {
 	Addr() netip.AddrPort
 	Close() error
 }
+
+// AsyncEventType is an asynchronous device event (ibv_get_async_event's
+// enum ibv_event_type, the ones a consumer acts on).
+type AsyncEventType int
+
+const (
+	AsyncDeviceFatal    AsyncEventType = iota + 1 // IBV_EVENT_DEVICE_FATAL: the device is unusable
+	AsyncPortError                                // IBV_EVENT_PORT_ERR: a port went down
+	AsyncPortActive                               // IBV_EVENT_PORT_ACTIVE: a port came up
+	AsyncQPFatal                                  // IBV_EVENT_QP_FATAL: a QP hit an error outside any WR
+	AsyncQPRequestError                           // IBV_EVENT_QP_REQ_ERR: a request the QP got was invalid
+	AsyncQPAccessError                            // IBV_EVENT_QP_ACCESS_ERR: a remote access violation
+	AsyncCQError                                  // IBV_EVENT_CQ_ERR: a CQ overran
+	AsyncOther                                    // anything else (logged, not acted on)
+)
+
+func (t AsyncEventType) String() string {
+	switch t {
+	case AsyncDeviceFatal:
+		return "DEVICE_FATAL"
+	case AsyncPortError:
+		return "PORT_ERR"
+	case AsyncPortActive:
+		return "PORT_ACTIVE"
+	case AsyncQPFatal:
+		return "QP_FATAL"
+	case AsyncQPRequestError:
+		return "QP_REQ_ERR"
+	case AsyncQPAccessError:
+		return "QP_ACCESS_ERR"
+	case AsyncCQError:
+		return "CQ_ERR"
+	}
+	return "async event"
+}
+
+// AsyncEvent is one asynchronous device event.
+type AsyncEvent struct {
+	Type  AsyncEventType
+	Port  int    // the port of a port event
+	QPNum uint32 // the QP of a QP event
+}
+
+// AsyncEventSource is a Device that reports asynchronous events.
+// AsyncEvents subscribes: every event of the device reaches every
+// subscriber until its stop is called (events is then closed). A
+// subscriber that does not keep up loses events beyond a small buffer.
+type AsyncEventSource interface {
+	AsyncEvents() (events <-chan AsyncEvent, stop func())
+}

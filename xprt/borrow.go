@@ -25,44 +25,63 @@ type Buffer struct {
 	b *frwr.Buffer
 }
 
+// borrowedBuffer is a lent I/O buffer and the budget it holds.
+type borrowedBuffer struct {
+	b *frwr.Buffer
+	w budgetWaiter
+}
+
 // Bytes is the lent memory, Config.MaxIO bytes long. It is unmapped when
 // the Transport is closed: do not touch it after Close.
 func (b *Buffer) Bytes() []byte { return b.b.Bytes()[:b.t.cfg.MaxIO] }
 
-// Release gives the memory back. A buffer still exposed by a call its
-// caller abandoned returns to the pool only once that call is settled.
+// Release gives the memory back. Calls that used it have completed (their
+// RoundTrip returned, and with it every window on this memory is invalid).
 func (b *Buffer) Release() {
 	t := b.t
 	t.mu.Lock()
-	_, ok := t.borrowed[&b.b.Bytes()[0]]
-	delete(t.borrowed, &b.b.Bytes()[0])
-	reg := t.reg
-	t.mu.Unlock()
-	if ok && reg != nil {
-		reg.PutBuffer(b.b)
+	defer t.mu.Unlock()
+	key := &b.b.Bytes()[0]
+	bb, ok := t.borrowed[key]
+	if !ok {
+		return
 	}
+	delete(t.borrowed, key)
+	if t.reg != nil {
+		t.reg.PutBuffer(bb.b)
+	}
+	t.budget.put(&bb.w)
 }
 
 // Borrow lends one of the transport's registered I/O buffers, waiting for
 // one to be free.
 func (t *Transport) Borrow(ctx context.Context) (*Buffer, error) {
-	t.mu.Lock()
-	reg, closed := t.reg, t.closed
-	t.mu.Unlock()
-	if closed || reg == nil {
-		return nil, ErrClosed
-	}
-	fb, err := reg.GetBuffer(ctx)
-	if err != nil {
+	bb := &borrowedBuffer{}
+	if err := t.wait(ctx, &bb.w, need{bufs: 1}); err != nil {
 		return nil, err
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		reg.PutBuffer(fb)
-		return nil, ErrClosed
+	reg := t.reg
+	t.mu.Unlock()
+	var fb *frwr.Buffer
+	var err error
+	if reg != nil {
+		fb, err = reg.GetBuffer(ctx)
+	} else {
+		err = ErrClosed
 	}
-	t.borrowed[&fb.Bytes()[0]] = fb
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err == nil && t.closed {
+		reg.PutBuffer(fb)
+		err = ErrClosed
+	}
+	if err != nil {
+		t.budget.put(&bb.w)
+		return nil, err
+	}
+	bb.b = fb
+	t.borrowed[&fb.Bytes()[0]] = bb
 	return &Buffer{t: t, b: fb}, nil
 }
 
@@ -73,5 +92,8 @@ func (t *Transport) lentBuffer(p []byte) *frwr.Buffer {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.borrowed[&p[0]]
+	if bb := t.borrowed[&p[0]]; bb != nil {
+		return bb.b
+	}
+	return nil
 }

@@ -16,9 +16,27 @@ import (
 // reach it.
 const sentinelID = 1 << 63
 
+// maxReadSegments is the most segments the Read list of one call may have
+// (rpcrdma's decoding limit, which servers share). Config.MaxSegment must
+// let the largest call fit it.
+const maxReadSegments = rpcrdma.MaxReadSegments
+
+// segmentLimit is the most segments one chunk of a call may have: enough
+// for a whole I/O buffer split at MaxSegment, plus the pieces a
+// position-zero Read chunk adds (head, pad and tail are segments of their
+// own).
+func segmentLimit(cfg Config) int {
+	return min((cfg.MaxIO+4096+cfg.MaxSegment-1)/cfg.MaxSegment+3, maxReadSegments)
+}
+
 // maxChain is the longest WR chain the transport posts: the binds of one
-// call plus its SEND, or one reply's LOCAL_INVs.
-const maxChain = 16
+// call (a Read chunk and a Write or Reply chunk) plus its SEND, or one
+// reply's LOCAL_INVs.
+func maxChain(segs int) int { return 2*segs + 1 }
+
+// maxCompound is the most send-queue room one call reserves: its binds,
+// its SEND, and a LOCAL_INV per window. The send queue must hold one.
+func maxCompound(segs int) int { return 2*(2*segs) + 1 }
 
 // extraRecvs are receives kept beyond the credit grant.
 const extraRecvs = 8
@@ -41,9 +59,14 @@ type sendMeta struct {
 
 // conn is one connection: the endpoint, its queues and the buffers whose
 // life is the QP's. The PD and the registry outlive it.
+//
+// Locking: conn.mu guards the connection's queues and accounting (the
+// fields marked below, and a call's fields marked "the attempt's
+// conn.mu"), and is the only lock held across ibv_post_send and
+// ibv_post_recv. Lock order: Transport.mu, then conn.mu; never the
+// reverse.
 type conn struct {
 	t   *Transport
-	gen uint64
 	ep  verbs.Endpoint
 	scq verbs.CQ
 	rcq verbs.CQ
@@ -52,34 +75,40 @@ type conn struct {
 	sendMem  *verbs.Mapping
 	sendMR   verbs.MR
 	sendSize int
-	sendFree []int
 
-	// Scratch for building WR chains, used under t.mu (PostSend does
-	// not keep them): a chain per call would be a heap allocation each.
-	wrs      [maxChain]verbs.SendWR
+	// Scratch for building WR chains, used under mu (PostSend does not
+	// keep them): a chain per call would be a heap allocation each.
+	wrs      []verbs.SendWR // maxChain(t.segs) long
 	sendSGE  [1]verbs.SGE
 	recvMem  *verbs.Mapping
 	recvMR   verbs.MR
 	recvSize int
-	recvFree []int
+	recvBufs [][]byte // recvMem carved into receive buffers
+
+	// The queue sizes, clamped to the device's limits.
+	sendQueue, recvQueue, slots int
 
 	// Negotiated (RFC 8797): the largest Send we may post, and the largest
 	// reply the server sends inline.
 	inlineSend, inlineRecv int
 
-	// Guarded by Transport.mu.
-	ring     *flowctl.SendContextRing[sendMeta]
-	gate     *flowctl.CongestionGate[*call]
-	credits  *flowctl.Credits
-	creditQ  []*call
-	recvs    *flowctl.Receives
-	broken   bool
-	brokenAt error
+	mu       sync.Mutex
+	ring     *flowctl.SendContextRing[sendMeta] // mu
+	gate     *flowctl.CongestionGate[*call]     // mu
+	credits  *flowctl.Credits                   // mu
+	creditQ  []*call                            // mu: calls waiting for a credit, FIFO
+	recvs    *flowctl.Receives                  // mu
+	recvFree []int                              // mu
+	sendFree []int                              // mu
+	// broken is set once, under Transport.mu and mu both: either lock
+	// suffices to read it.
+	broken bool
 
 	pollCtx   context.Context
 	stopPoll  context.CancelFunc
 	pollers   sync.WaitGroup
 	watcher   sync.WaitGroup
+	stopAsync func() // ends the device's asynchronous-event subscription
 	rqDrained chan struct{}
 	sqDrained chan struct{}
 	recvWRs   []verbs.RecvWR
@@ -88,7 +117,7 @@ type conn struct {
 
 // dial makes a new connection: resolve, queues, receives posted before
 // connecting, then rdma_connect with RFC 8797 private data.
-func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
+func (t *Transport) dial(ctx context.Context) (*conn, error) {
 	cfg := t.cfg
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
@@ -96,7 +125,7 @@ func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{t: t, gen: gen, ep: ep, rqDrained: make(chan struct{}), sqDrained: make(chan struct{})}
+	c := &conn{t: t, ep: ep, rqDrained: make(chan struct{}), sqDrained: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
@@ -107,22 +136,25 @@ func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
 	if err := t.ensureRegistry(dev); err != nil {
 		return nil, err
 	}
-	rqDepth := cfg.Slots + extraRecvs
-	if c.scq, err = dev.CreateCQ(cfg.SendQueue + 1); err != nil {
+	if err := c.sizeQueues(dev.Attr()); err != nil {
+		return nil, err
+	}
+	rqDepth := c.recvQueue
+	if c.scq, err = dev.CreateCQ(c.sendQueue + 1); err != nil {
 		return nil, err
 	}
 	if c.rcq, err = dev.CreateCQ(rqDepth + 1); err != nil {
 		return nil, err
 	}
 	c.qp, err = ep.CreateQP(t.pd, verbs.QPConfig{SendCQ: c.scq, RecvCQ: c.rcq,
-		MaxSendWR: cfg.SendQueue + 1, MaxRecvWR: rqDepth + 1, MaxSendSGE: 2, MaxRecvSGE: 1})
+		MaxSendWR: c.sendQueue + 1, MaxRecvWR: rqDepth + 1, MaxSendSGE: 2, MaxRecvSGE: 1})
 	if err != nil {
 		return nil, err
 	}
 	// Send and receive buffers: one registered mapping each, carved into
 	// inline-sized slots. They are never remotely accessible.
 	c.sendSize, c.recvSize = cfg.Inline, cfg.Inline
-	if c.sendMem, err = verbs.Map(cfg.SendQueue * c.sendSize); err != nil {
+	if c.sendMem, err = verbs.Map(c.sendQueue * c.sendSize); err != nil {
 		return nil, err
 	}
 	if c.sendMR, err = t.pd.RegMR(c.sendMem.Bytes(), verbs.AccessLocalWrite); err != nil {
@@ -134,20 +166,26 @@ func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
 	if c.recvMR, err = t.pd.RegMR(c.recvMem.Bytes(), verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
-	c.sendFree = make([]int, 0, cfg.SendQueue)
-	for i := cfg.SendQueue - 1; i >= 0; i-- {
+	c.sendFree = make([]int, 0, c.sendQueue)
+	for i := c.sendQueue - 1; i >= 0; i-- {
 		c.sendFree = append(c.sendFree, i)
 	}
 	c.recvFree = make([]int, 0, rqDepth)
+	c.recvBufs = make([][]byte, rqDepth)
 	for i := rqDepth - 1; i >= 0; i-- {
 		c.recvFree = append(c.recvFree, i)
+		c.recvBufs[i] = c.recvMem.Bytes()[i*c.recvSize : (i+1)*c.recvSize : (i+1)*c.recvSize]
 	}
-	c.ring = flowctl.NewSendContextRing[sendMeta](cfg.SendQueue, maxChain)
-	c.gate = flowctl.NewCongestionGate[*call](cfg.SendQueue)
-	c.credits = flowctl.NewCredits(cfg.Slots)
+	c.wrs = make([]verbs.SendWR, maxChain(t.segs))
+	c.ring = flowctl.NewSendContextRing[sendMeta](c.sendQueue, maxChain(t.segs))
+	c.gate = flowctl.NewCongestionGate[*call](c.sendQueue)
+	c.credits = flowctl.NewCredits(c.slots)
 	c.recvs = flowctl.NewReceives(rqDepth, extraRecvs, 8)
 	// Post receives before connecting: the first reply may come at once.
-	if err := c.postRecvsLocked(); err != nil {
+	c.mu.Lock()
+	err = c.postRecvsLocked()
+	c.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	priv := rpcrdma.PrivateData{RemoteInvalidation: t.reg.RemoteInvalidationOK(), SendSize: uint32(cfg.Inline), RecvSize: uint32(cfg.Inline)}
@@ -173,11 +211,65 @@ func (t *Transport) dial(ctx context.Context, gen uint64) (*conn, error) {
 	go c.sendLoop()
 	c.watcher.Add(1)
 	go c.watchEvents()
+	if src, ok := dev.(verbs.AsyncEventSource); ok {
+		events, stop := src.AsyncEvents()
+		c.stopAsync = stop
+		c.watcher.Add(1)
+		go c.watchAsync(events, c.qp.Num())
+	}
 	ok = true
 	return c, nil
 }
 
-// postRecvsLocked posts the receives flowctl asks for.
+// sizeQueues clamps the configured queue sizes to the device's limits
+// (max_qp_wr, max_cqe): the send queue, and the receive queue with the
+// credit limit it bounds.
+func (c *conn) sizeQueues(a verbs.DeviceAttr) error {
+	cfg := c.t.cfg
+	limit := func(n int) int {
+		if a.MaxQPWR > 0 {
+			n = min(n, a.MaxQPWR-1)
+		}
+		if a.MaxCQE > 0 {
+			n = min(n, a.MaxCQE-1)
+		}
+		return n
+	}
+	c.sendQueue = limit(cfg.SendQueue)
+	c.recvQueue = limit(cfg.Slots + extraRecvs)
+	c.slots = c.recvQueue - extraRecvs
+	if c.sendQueue < maxCompound(c.t.segs) || c.slots < 1 {
+		return fmt.Errorf("xprt: device %s allows queues of %d WRs and %d CQEs: too small (send queue %d, at least %d)",
+			a.Name, a.MaxQPWR, a.MaxCQE, c.sendQueue, maxCompound(c.t.segs))
+	}
+	if c.sendQueue < cfg.SendQueue || c.slots < cfg.Slots {
+		c.t.log.Info("queues clamped to the device's limits", "device", a.Name, "send_queue", c.sendQueue, "slots", c.slots)
+	}
+	return nil
+}
+
+// grantCreditsLocked hands free credits to waiting calls in FIFO order
+// (c.mu held).
+func (c *conn) grantCreditsLocked() {
+	for len(c.creditQ) > 0 && c.credits.TryAcquire() {
+		w := c.creditQ[0]
+		c.creditQ[0] = nil
+		c.creditQ = c.creditQ[1:]
+		w.inCreditQ, w.hasCredit = false, true
+		w.wake()
+	}
+	c.noteOutstandingLocked()
+}
+
+// noteOutstandingLocked records the high-water mark of calls outstanding.
+func (c *conn) noteOutstandingLocked() {
+	ctr := &c.t.ctr
+	if out := uint64(c.credits.Outstanding()); out > ctr.maxOut.Load() {
+		ctr.maxOut.Store(out)
+	}
+}
+
+// postRecvsLocked posts the receives flowctl asks for (c.mu held).
 func (c *conn) postRecvsLocked() error {
 	n := min(c.recvs.Need(), len(c.recvFree))
 	for n > 0 {
@@ -203,14 +295,44 @@ func (c *conn) postRecvsLocked() error {
 	return nil
 }
 
-// watchEvents turns a DISCONNECTED (or device removal) into a connection
-// loss.
+// watchEvents turns a DISCONNECTED, a DEVICE_REMOVAL or an ADDR_CHANGE
+// (the route to the server may now go through another device) into a
+// connection loss: the teardown drains the QP and releases everything of
+// the device before the next connection is made.
 func (c *conn) watchEvents() {
 	defer c.watcher.Done()
 	for ev := range c.ep.Events() {
 		switch ev.Type {
-		case verbs.CMDisconnected, verbs.CMDeviceRemoval:
+		case verbs.CMDisconnected:
 			c.t.connLost(c, fmt.Errorf("xprt: %s from the server", ev.Type))
+		case verbs.CMDeviceRemoval:
+			c.t.ctr.deviceRemovals.Add(1)
+			c.t.connLost(c, fmt.Errorf("xprt: %s: %w", ev.Type, errDeviceGone))
+		case verbs.CMAddrChange:
+			c.t.connLost(c, fmt.Errorf("xprt: %s", ev.Type))
+		}
+	}
+}
+
+// watchAsync turns the device's asynchronous events that concern this
+// connection into a connection loss: the device failed, a port went down,
+// or this QP or a CQ broke outside any work request (such errors complete
+// no WR, so nothing else would notice them).
+func (c *conn) watchAsync(events <-chan verbs.AsyncEvent, qpNum uint32) {
+	defer c.watcher.Done()
+	for ev := range events {
+		c.t.ctr.asyncEvents.Add(1)
+		switch ev.Type {
+		case verbs.AsyncDeviceFatal:
+			c.t.connLost(c, fmt.Errorf("xprt: %s: %w", ev.Type, errDeviceGone))
+		case verbs.AsyncPortError, verbs.AsyncCQError:
+			c.t.connLost(c, fmt.Errorf("xprt: device event %s (port %d)", ev.Type, ev.Port))
+		case verbs.AsyncQPFatal, verbs.AsyncQPRequestError, verbs.AsyncQPAccessError:
+			if ev.QPNum == qpNum {
+				c.t.connLost(c, fmt.Errorf("xprt: device event %s on the connection's QP %#x", ev.Type, qpNum))
+			}
+		default:
+			c.t.log.Info("device event", "event", ev.Type, "port", ev.Port)
 		}
 	}
 }
@@ -246,6 +368,14 @@ func (c *conn) drain() error {
 	return nil
 }
 
+// closeQP destroys the QP (once).
+func (c *conn) closeQP() {
+	if c.qp != nil {
+		c.qp.Close()
+		c.qp = nil
+	}
+}
+
 // release frees the connection's resources in reverse order. The QP must
 // be drained (or never connected) and the registry's windows settled.
 func (c *conn) release() {
@@ -253,9 +383,7 @@ func (c *conn) release() {
 		c.stopPoll()
 		c.pollers.Wait()
 	}
-	if c.qp != nil {
-		c.qp.Close()
-	}
+	c.closeQP()
 	if c.recvMR != nil {
 		c.recvMR.Close()
 	}
@@ -274,8 +402,11 @@ func (c *conn) release() {
 	if c.scq != nil {
 		c.scq.Close()
 	}
-	if c.ep != nil {
-		c.ep.Close() // closes Events: the watcher returns
-		c.watcher.Wait()
+	if c.stopAsync != nil {
+		c.stopAsync() // closes the events: watchAsync returns
 	}
+	if c.ep != nil {
+		c.ep.Close() // closes Events: watchEvents returns
+	}
+	c.watcher.Wait()
 }

@@ -3,10 +3,14 @@ package xprt
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// ErrClosed is returned by calls on a closed Transport.
-var ErrClosed = errors.New("xprt: transport closed")
+// ErrClosed is returned by calls on a closed Transport. It is
+// sunrpc.ErrClosed, so callers see one error whatever the transport (the
+// mount maps it to ENOTCONN, as over TCP).
+var ErrClosed = sunrpc.ErrClosed
 
 // ErrTooLarge is returned for a call whose bulk item exceeds Config.MaxIO.
 var ErrTooLarge = errors.New("xprt: bulk item larger than the transport's MaxIO")

@@ -1,7 +1,6 @@
 package xprt
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 
@@ -11,12 +10,37 @@ import (
 	"github.com/nfsrdma/nfsrdma/verbs"
 )
 
+// The reply handler, in the order of its named steps (rule 3):
+//
+//  1. decode: the transport header of each receive completion of a batch;
+//  2. match: the xid to a posted call on this connection, the reply copied
+//     out of the receive buffer (posted → replied);
+//  3. repost: the batch's receives are posted again, before any credit is
+//     released, so that the server never finds the client's receive queue
+//     shorter than the credits it granted (rule 7; RNR otherwise);
+//  4. credits: the grant clamped to [1, slots], each replied call's credit
+//     released and handed to waiting calls in FIFO order;
+//  5. remote invalidation: the server's Send With Invalidate must name one
+//     of the call's own windows;
+//  6. local invalidation: LOCAL_INV for the rest (replied → invalidating),
+//     finished by the completion of the chain's last WR in sendLoop;
+//  7. finish: registrations released, buffers synced, the reply rebuilt and
+//     only then handed to the caller (→ done).
+
+// received is one receive completion after steps 1 and 2.
+type received struct {
+	cl    *call
+	flags verbs.WCFlags
+	rkey  uint32
+}
+
 // recvLoop is the reply handler's goroutine: it reaps receive completions.
 func (c *conn) recvLoop() {
 	defer c.pollers.Done()
 	t := c.t
 	wcs := make([]verbs.Completion, 32)
 	var hdr rpcrdma.Header
+	var batch []received
 	for {
 		n, err := c.rcq.Poll(wcs)
 		if err != nil {
@@ -44,18 +68,34 @@ func (c *conn) recvLoop() {
 			}
 			continue
 		}
+		batch = batch[:0]
+		var lost error
 		for _, wc := range wcs[:n] {
-			c.handleRecv(wc, &hdr)
-		}
-		t.mu.Lock()
-		if !c.broken {
-			if err := c.postRecvsLocked(); err != nil {
-				t.mu.Unlock()
-				t.connLost(c, fmt.Errorf("reposting receives: %w", err))
-				t.mu.Lock()
+			r, err := c.receive(wc, &hdr)
+			if err != nil && lost == nil {
+				lost = err
+			}
+			if r.cl != nil {
+				batch = append(batch, r)
 			}
 		}
-		t.mu.Unlock()
+		// 3. repost.
+		c.mu.Lock()
+		if !c.broken && lost == nil {
+			if err := c.postRecvsLocked(); err != nil {
+				lost = fmt.Errorf("xprt: reposting receives: %w", err)
+			}
+		}
+		c.mu.Unlock()
+		// 4–7.
+		for _, r := range batch {
+			if err := c.settle(r); err != nil && lost == nil {
+				lost = err
+			}
+		}
+		if lost != nil {
+			t.connLost(c, lost)
+		}
 		// The callers whose replies this batch completed are runnable on
 		// this goroutine's P, and would otherwise wait for it to arm the
 		// CQ and block (a system call or two: about 0.2 ms per call in the
@@ -66,87 +106,84 @@ func (c *conn) recvLoop() {
 
 // awaitingReplies reports whether calls on c wait for their replies.
 func (c *conn) awaitingReplies() bool {
-	c.t.mu.Lock()
-	defer c.t.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.credits.Outstanding() > 0
 }
 
-// handleRecv handles one receive completion. Every exit path gives the
-// receive buffer back for reposting (DESIGN.md rule 7).
-func (c *conn) handleRecv(wc verbs.Completion, hdr *rpcrdma.Header) {
+// receive is steps 1 and 2 for one completion. The receive buffer is free
+// for reposting when it returns, whatever the outcome (rule 7). A non-nil
+// error means the connection must be reset.
+func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, error) {
 	t := c.t
 	if wc.ID == sentinelID {
 		close(c.rqDrained)
-		return
+		return received{}, nil
 	}
-	t.mu.Lock()
-	c.recvs.Consume()
 	idx := int(wc.ID)
-	// The buffer is free again once its bytes are copied out below.
+	c.mu.Lock()
+	c.recvs.Consume()
+	c.mu.Unlock()
 	defer func() {
-		t.mu.Lock()
+		c.mu.Lock()
 		c.recvFree = append(c.recvFree, idx)
-		t.mu.Unlock()
+		c.mu.Unlock()
 	}()
-	t.mu.Unlock()
 	if wc.Status != verbs.StatusSuccess {
-		if wc.Status != verbs.StatusWRFlushErr {
-			t.ctr.errorCompletions.Add(1)
-			t.connLost(c, &verbs.CompletionError{Completion: wc})
+		if wc.Status == verbs.StatusWRFlushErr {
+			return received{}, nil
 		}
-		return
+		t.ctr.errorCompletions.Add(1)
+		return received{}, &verbs.CompletionError{Completion: wc}
 	}
 	t.ctr.receives.Add(1)
-	data := c.recvMem.Bytes()[idx*c.recvSize : idx*c.recvSize+int(min(wc.ByteLen, uint32(c.recvSize)))]
+	if idx < 0 || idx >= len(c.recvBufs) {
+		return received{}, fmt.Errorf("xprt: receive completion with unknown wrid %d", wc.ID)
+	}
+	data := c.recvBufs[idx][:min(int(wc.ByteLen), c.recvSize)]
+	// 1. decode.
 	hn, derr := hdr.Decode(data)
+	remoteInv := wc.Flags&verbs.WCWithInv != 0
+	// 2. match.
 	t.mu.Lock()
 	cl := t.calls[hdr.XID]
-	if cl != nil && (cl.conn != c || !cl.posted || cl.replied) {
+	if cl != nil && (cl.conn != c || (cl.state != stPosted && cl.state != stAbandoned)) {
 		cl = nil
 	}
 	if derr != nil && (cl == nil || hdr.Proc != rpcrdma.ProcError) {
 		t.mu.Unlock()
 		t.ctr.malformed.Add(1)
 		t.log.Warn("malformed transport header", "err", derr, "len", len(data))
-		var ve *rpcrdma.VersionError
-		if errors.As(derr, &ve) || len(data) < rpcrdma.MinHeaderLen {
-			return
+		if remoteInv {
+			// The server invalidated an rkey and we cannot tell whose:
+			// that window's state is unknown.
+			return received{}, fmt.Errorf("xprt: malformed reply invalidated rkey %#x", wc.InvalidatedRKey)
 		}
-		if cl != nil {
-			// A reply we cannot read leaves the call's windows in place:
-			// the call times out and is sent again on a new connection.
-			return
-		}
-		return
+		// A reply we cannot read leaves the call's windows in place: the
+		// call times out and is sent again on a new connection.
+		return received{}, nil
 	}
 	if cl == nil {
 		t.mu.Unlock()
 		t.ctr.badXIDs.Add(1)
 		t.log.Warn("reply matches no outstanding call", "xid", fmt.Sprintf("%#08x", hdr.XID))
-		// A Send With Invalidate naming one of our windows would leave
-		// that window's state unknown: reset the connection.
-		if wc.Flags&verbs.WCWithInv != 0 {
-			t.connLost(c, fmt.Errorf("xprt: reply with unknown xid %#08x invalidated rkey %#x", hdr.XID, wc.InvalidatedRKey))
+		if remoteInv {
+			// A Send With Invalidate naming one of our windows would
+			// leave that window's state unknown: reset the connection.
+			return received{}, fmt.Errorf("xprt: reply with unknown xid %#08x invalidated rkey %#x", hdr.XID, wc.InvalidatedRKey)
 		}
-		return
+		return received{}, nil
 	}
-	// Credits (RFC 8166 §3.3): clamp the grant to [1, slots], and the
-	// reply frees this call's credit.
-	granted := c.credits.Grant(hdr.Credits)
-	t.ctr.credits.Store(uint64(granted))
-	c.recvs.SetCredits(int(granted))
-	cl.replied = true
-	if cl.hasCredit {
-		cl.hasCredit = false
-		c.credits.Release()
+	if cl.state == stPosted {
+		cl.to(stReplied)
 	}
-	t.grantCreditsLocked(c)
-	if !cl.sendDone {
-		t.ctr.replyBeforeSend.Add(1)
-	}
-	t.mu.Unlock()
-
-	// Copy what the call needs out of the receive buffer.
+	// The grant sizes the receive queue now, so that step 3 reposts
+	// enough for it before step 4 lets more calls go (rule 7).
+	c.mu.Lock()
+	c.recvs.SetCredits(int(min(max(hdr.Credits, 1), uint32(c.slots))))
+	c.mu.Unlock()
+	// Copy what the call needs out of the receive buffer: after this the
+	// buffer is reposted.
 	cl.inline = append(cl.inline[:0], data[hn:]...)
 	cl.hdr.XID, cl.hdr.Credits, cl.hdr.Proc = hdr.XID, hdr.Credits, hdr.Proc
 	cl.hdr.Writes = cl.hdr.Writes[:0]
@@ -154,6 +191,7 @@ func (c *conn) handleRecv(wc verbs.Completion, hdr *rpcrdma.Header) {
 		cl.hdr.Writes = append(cl.hdr.Writes, append(rpcrdma.WriteChunk(nil), w...))
 	}
 	cl.hdr.Reply, cl.hdr.HasReply = append(cl.hdr.Reply[:0], hdr.Reply...), hdr.HasReply
+	cl.rdmaErr = nil
 	if hdr.Proc == rpcrdma.ProcError {
 		t.ctr.rdmaErrors.Add(1)
 		cl.rdmaErr = hdr.RemoteError()
@@ -161,104 +199,134 @@ func (c *conn) handleRecv(wc verbs.Completion, hdr *rpcrdma.Header) {
 			cl.rdmaErr = &ProtocolError{XID: hdr.XID, Err: derr}
 		}
 	}
-
-	// Remote invalidation: the server may have invalidated one of this
-	// call's windows with Send With Invalidate.
-	reg := t.reg
-	if wc.Flags&verbs.WCWithInv != 0 && !reg.MatchRemoteInvalidation(cl.regs, wc) {
-		t.connLost(c, fmt.Errorf("xprt: reply to xid %#08x invalidated rkey %#x, which is not one of its windows", hdr.XID, wc.InvalidatedRKey))
-		return
-	}
-	// Local invalidation of the rest, in one chain whose last WR is
-	// signaled; the call completes when that completion is reaped. The
-	// room was reserved when the call was admitted (DESIGN.md rule 2).
-	t.mu.Lock()
-	inv := reg.AppendLocalInvalidations(cl.regs, c.wrs[:0])
-	if len(inv) == 0 {
-		t.mu.Unlock()
-		t.finishReply(cl)
-		return
-	}
-	if c.broken {
-		t.mu.Unlock()
-		return // the teardown settles the call
-	}
-	res, ok := c.ring.Reserve(len(inv), true)
-	if !ok {
-		t.mu.Unlock()
-		t.connLost(c, errors.New("xprt: no send-queue room for LOCAL_INV despite the reservation"))
-		return
-	}
-	for i := range inv {
-		inv[i].ID = res.First + uint64(i)
-		m := c.ring.Slot(inv[i].ID)
-		m.kind = wrLocalInv
-		if i == len(inv)-1 {
-			m.last, m.call = true, cl
-			inv[i].Flags |= verbs.SendSignaled
-		}
-	}
-	cl.localInvs = len(inv)
-	_, err := c.qp.PostSend(inv)
 	t.mu.Unlock()
-	if err != nil {
-		t.connLost(c, fmt.Errorf("posting LOCAL_INV: %w", err))
-	}
+	return received{cl: cl, flags: wc.Flags, rkey: wc.InvalidatedRKey}, nil
 }
 
-// finishReply completes a call whose windows are all invalid: release the
-// registrations, sync, rebuild the reply and hand it over (DESIGN.md rule
-// 3: only now does the caller see the data).
+// settle is steps 4 to 7 for one matched reply.
+func (c *conn) settle(r received) error {
+	t, cl := c.t, r.cl
+	// 4. credits.
+	c.mu.Lock()
+	granted := c.credits.Grant(cl.hdr.Credits)
+	t.ctr.credits.Store(uint64(granted))
+	if cl.hasCredit {
+		cl.hasCredit = false
+		c.credits.Release()
+	}
+	c.grantCreditsLocked()
+	if !cl.sendDone {
+		t.ctr.replyBeforeSend.Add(1)
+	}
+	c.mu.Unlock()
+
+	// 5. remote invalidation: at most one rkey, and it must be one of
+	// this call's windows.
+	reg := t.reg
+	if r.flags&verbs.WCWithInv != 0 && !reg.MatchRemoteInvalidation(cl.regs, verbs.Completion{Flags: r.flags, InvalidatedRKey: r.rkey}) {
+		t.ctr.foreignInvalidations.Add(1)
+		return fmt.Errorf("xprt: reply to xid %#08x invalidated rkey %#x, which is not one of its windows", cl.req.XID, r.rkey)
+	}
+	// 6. local invalidation of the rest.
+	t.mu.Lock()
+	if cl.state == stAbandoned {
+		// Only calls without windows are abandoned: nothing to
+		// invalidate, and nobody to hand the reply to.
+		t.mu.Unlock()
+		t.finishReply(cl)
+		return nil
+	}
+	c.mu.Lock()
+	inv := reg.AppendLocalInvalidations(cl.regs, c.wrs[:0])
+	if len(inv) == 0 {
+		c.mu.Unlock()
+		t.mu.Unlock()
+		t.finishReply(cl)
+		return nil
+	}
+	if c.broken {
+		// The teardown settles the call. The windows' LOCAL_INVs were
+		// not posted: AppendLocalInvalidations marked them posted, and
+		// ConnectionLost destroys windows in that state.
+		c.mu.Unlock()
+		t.mu.Unlock()
+		return nil
+	}
+	cl.to(stInvalidating)
+	t.mu.Unlock()
+	err := c.postLocalInvalidationsLocked(cl, inv)
+	c.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("xprt: posting LOCAL_INV: %w", err)
+	}
+	return nil
+}
+
+// finishReply is step 7: the call's windows are all invalid. Release the
+// registrations, sync, rebuild the reply and hand it over: only now does
+// the caller see the data.
 func (t *Transport) finishReply(cl *call) {
 	reg := t.reg
 	if err := reg.Release(cl.regs); err != nil {
 		t.log.Error("releasing registrations", "xid", cl.req.XID, "err", err)
 	}
+	cl.regs = cl.regs[:0]
 	if cl.replyBuf != nil {
 		reg.Sync(cl.replyBuf)
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cl.state != stReplied && cl.state != stInvalidating && cl.state != stAbandoned {
+		// The teardown settled it first.
+		return
+	}
 	var reply *sunrpc.Reply
 	var err error
-	if cl.rdmaErr != nil {
+	switch {
+	case cl.state == stAbandoned:
+	case cl.rdmaErr != nil:
 		err = cl.rdmaErr
-	} else {
+	default:
+		// The caller waits (it does not return while the call is replied
+		// or invalidating): its ReplyBulk may be written.
 		reply, err = cl.rebuild()
 	}
-	t.mu.Lock()
 	c := cl.conn
-	if c != nil && !c.broken {
+	c.mu.Lock()
+	if !c.broken {
 		// Give back the LOCAL_INV room reserved and not used.
-		unused := cl.reserved - (cl.binds + 1) - cl.localInvs
-		if unused > 0 {
+		if unused := cl.roomHeld - (cl.binds + 1) - cl.localInvs; unused > 0 {
 			c.gate.Free(unused, admitLocked)
 		}
 	}
-	cl.reserved = 0
-	keepReplyBuf := reply != nil && cl.replyBuf != nil && !cl.lent && cl.plan.Reply == chunks.ReplyInReplyChunk
-	if !keepReplyBuf {
-		cl.releaseAttempt()
-	} else {
+	cl.roomHeld = 0
+	c.mu.Unlock()
+	keep := reply != nil && cl.replyBuf != nil && !cl.replyLent && cl.plan.Reply == chunks.ReplyInReplyChunk
+	if keep {
+		// The reply's bytes stay in the Reply chunk's buffer until the
+		// caller releases the reply; so does the buffer's budget.
 		rb := cl.replyBuf
 		cl.replyBuf = nil
-		cl.releaseAttempt()
-		reply = sunrpc.NewReply(reply.Inline, reply.Bulk, func() { reg.PutBuffer(rb) })
-	}
-	if cl.abandoned {
-		delete(t.calls, cl.req.XID)
-		delete(t.orphans, cl)
-		if reply != nil {
-			reply.Release()
-		}
-		cl.finish(nil, errAbandoned)
+		held := cl.budget
+		cl.budget = budgetWaiter{granted: held.granted}
+		rest := budgetWaiter{n: need{bufs: held.n.bufs - 1, wins: held.n.wins}, held: held.held}
+		kept := &budgetWaiter{n: need{bufs: 1}, held: held.held}
+		t.budget.put(&rest)
+		cl.releaseMemoryLocked()
+		reply = sunrpc.NewReply(reply.Inline, reply.Bulk, func() {
+			reg.PutBuffer(rb)
+			t.mu.Lock()
+			t.budget.put(kept)
+			t.mu.Unlock()
+		})
 	} else {
-		cl.finish(reply, err)
+		cl.releaseMemoryLocked()
 	}
-	t.mu.Unlock()
+	cl.finishLocked(reply, err)
 }
 
-var errAbandoned = errors.New("xprt: call abandoned by its caller")
-
-// rebuild checks the reply against what the call offered and returns it.
+// rebuild checks the reply against what the call offered and returns it
+// (Transport.mu held; the caller waits).
 func (cl *call) rebuild() (*sunrpc.Reply, error) {
 	in := chunks.Received{Type: chunks.MessageType(cl.hdr.Proc), Inline: cl.inline}
 	for _, w := range cl.hdr.Writes {
@@ -289,7 +357,7 @@ func (cl *call) rebuild() (*sunrpc.Reply, error) {
 	}
 	var bulk []byte
 	if r.Bulk != nil {
-		if cl.lent {
+		if cl.replyLent {
 			// Already in the caller's borrowed buffer.
 			bulk = cl.req.ReplyBulk[:len(r.Bulk)]
 		} else {
@@ -299,5 +367,7 @@ func (cl *call) rebuild() (*sunrpc.Reply, error) {
 			bulk = cl.req.ReplyBulk[:n]
 		}
 	}
+	// The message is in the call's own copy of the inline bytes, or in
+	// the Reply chunk's buffer (kept until the reply is released).
 	return sunrpc.NewReply(r.Message, bulk, nil), nil
 }

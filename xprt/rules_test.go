@@ -117,7 +117,7 @@ func TestRuleSignalAboutHalfSQ(t *testing.T) {
 // whole compound (binds + SEND + LOCAL_INVs); otherwise it waits and is
 // woken by the completions that free room.
 func TestRuleCongestionWaitsForCompoundRoom(t *testing.T) {
-	s := newStack(t, stackOpts{client: Config{SendQueue: 32, Slots: 64, MaxSegment: 16 << 10}})
+	s := newStack(t, stackOpts{client: Config{SendQueue: 36, Slots: 64, MaxIO: 64 << 10, MaxSegment: 16 << 10}})
 	fh, data := s.file("big", 64<<10)
 	ctx := s.ctx(30 * time.Second)
 	qp := s.clientQP()
@@ -135,8 +135,8 @@ func TestRuleCongestionWaitsForCompoundRoom(t *testing.T) {
 	}()
 	waitFor(t, "a congestion wait", func() bool { return s.tr.Counters().CongestionWaits > 0 })
 	// Each READ is 4 binds + SEND + 4 LOCAL_INVs = 9 WRs: three fit.
-	if used := qp.SendQueueUsed(); used > 32 {
-		t.Fatalf("%d WRs in a 32-deep send queue", used)
+	if used := qp.SendQueueUsed(); used > 36 {
+		t.Fatalf("%d WRs in a 36-deep send queue", used)
 	}
 	qp.ReleaseSendCompletions()
 	noErrors(t, <-done)

@@ -22,7 +22,7 @@ import (
 // stack is a client transport and an NFSv3 client talking to an
 // xprttest server on the simulated fabric, with go-nfs over memfs behind it.
 type stack struct {
-	t    *testing.T
+	t    testing.TB
 	fab  *sim.Fabric
 	srv  *xprttest.Server
 	fs   billy.Filesystem
@@ -41,7 +41,7 @@ type stackOpts struct {
 	observe bool
 }
 
-func newStack(t *testing.T, o stackOpts) *stack {
+func newStack(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	s := &stack{t: t, fs: memfs.New()}
 	s.fab = sim.NewFabric(append([]sim.Option{sim.PanicOnDoubleInvalidation()}, o.fabric...)...)

@@ -8,8 +8,38 @@
 // reply handler decodes the transport header, matches the xid, clamps the
 // credit grant, reposts the receive, honours the server's remote
 // invalidation, locally invalidates the rest and waits for those
-// completions, syncs, and only then completes the call (DESIGN.md rules
-// 1–8).
+// completions, syncs, and only then completes the call.
+//
+// The files follow that path: call.go (RoundTrip and the call's attempts),
+// state.go (the call's states, their transitions, and who may touch the
+// caller's memory in each), budget.go (buffers and windows taken all at
+// once), register.go, marshal.go (the transport header and the inline
+// message, a pure step), sendq.go (posting chains, send completions, the
+// send-context ring), reply.go (the reply handler's named steps), conn.go
+// (one connection's resources, its drain and release) and this file
+// (dial, connection loss, teardown, reconnect, close).
+//
+// The rules the code keeps, each stated where it is enforced:
+//  1. send-queue room comes only from send completions (a ring of send
+//     contexts indexed by wrid; about every half queue signaled);
+//  2. a call is admitted only when the send queue has room for its whole
+//     compound (binds, SEND, the LOCAL_INVs its reply may need), else it
+//     waits in FIFO order;
+//  3. a call completes only after every window it exposed is invalid
+//     (remotely or by reaped LOCAL_INV completions) and its buffers are
+//     synced;
+//  4. a send buffer is reused only after its send completion;
+//  5. teardown moves the QP to error and waits for the flush of a receive
+//     sentinel and then a send sentinel before freeing anything;
+//  6. any error completion disconnects once; windows in an unknown state
+//     are destroyed, never reused; calls are retransmitted only on a new
+//     connection; credits restart at 1 and grants are clamped to
+//     [1, slots];
+//  7. every receive completion's buffer is reposted, whatever the reply;
+//  8. every bind bumps the rkey unpredictably, and a window covers exactly
+//     its segment with only the access its direction needs;
+//  9. after RoundTrip returns nothing touches the caller's memory (see
+//     callState).
 package xprt
 
 import (
@@ -17,7 +47,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"time"
 
@@ -30,27 +59,35 @@ import (
 // Transport is an RPC-over-RDMA client connection to one server, with
 // reconnection. It is safe for concurrent use.
 type Transport struct {
-	cfg Config
-	log *slog.Logger
-	ctr counters
+	cfg  Config
+	segs int // the most segments of one chunk (segmentLimit)
+	log  *slog.Logger
+	ctr  counters
 
-	mu       sync.Mutex
-	closed   bool
-	cn       *conn         // nil while reconnecting
-	connUp   chan struct{} // closed when cn is set or the transport closes
-	gen      uint64
-	pd       verbs.PD
-	devName  string
-	reg      *frwr.Registry
-	calls    map[uint32]*call
-	orphans  map[*call]struct{} // abandoned calls whose xid was reused
-	borrowed map[*byte]*frwr.Buffer
-	lastErr  error
-	bgN      int        // background teardowns/reconnects running (mu)
-	bgIdle   *sync.Cond // signalled when bgN drops to 0
-	closeCh  chan struct{}
-	regCtrs0 frwr.Counters
+	// mu guards the fields below and each call's state (the fields of
+	// call marked "Transport.mu"). Lock order: mu, then a conn's mu.
+	// Neither is held across a wait; only conn.mu is held across a post.
+	mu        sync.Mutex
+	closed    bool
+	cn        *conn         // nil while reconnecting
+	connUp    chan struct{} // closed when cn is set or the transport closes
+	pd        verbs.PD
+	devName   string
+	reg       *frwr.Registry
+	calls     map[uint32]*call
+	borrowed  map[*byte]*borrowedBuffer
+	budget    budget     // buffers and windows not taken
+	budgetCap need       // the registry's buffers and windows
+	bgN       int        // background teardowns/reconnects running
+	bgIdle    *sync.Cond // signalled when bgN drops to 0
+	closeCh   chan struct{}
 }
+
+// errDeviceGone marks a connection lost with its device.
+var errDeviceGone = errors.New("the RDMA device was removed")
+
+// bufSize is the size of one registered I/O buffer.
+func (t *Transport) bufSize() int { return t.cfg.MaxIO + 4096 }
 
 var _ sunrpc.Transport = (*Transport)(nil)
 
@@ -67,13 +104,17 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	if cfg.Inline < 1024 || cfg.Inline > rpcrdma.MaxInlineSize {
 		return nil, fmt.Errorf("xprt: inline size %d out of range [1024, %d]", cfg.Inline, rpcrdma.MaxInlineSize)
 	}
-	if cfg.SendQueue < 2*maxChain {
-		return nil, fmt.Errorf("xprt: send queue of %d WRs is below the minimum %d", cfg.SendQueue, 2*maxChain)
+	segs := segmentLimit(cfg)
+	if need := (cfg.MaxIO + cfg.MaxSegment - 1) / cfg.MaxSegment; need > maxReadSegments {
+		return nil, fmt.Errorf("xprt: MaxSegment %d splits a %d-byte I/O into %d segments; at most %d fit a chunk (raise MaxSegment or lower MaxIO)",
+			cfg.MaxSegment, cfg.MaxIO, need, maxReadSegments)
 	}
-	t := &Transport{cfg: cfg, log: cfg.Logger, calls: make(map[uint32]*call), orphans: make(map[*call]struct{}), borrowed: make(map[*byte]*frwr.Buffer), connUp: make(chan struct{}), closeCh: make(chan struct{})}
-	t.gen = 1
+	if cfg.SendQueue < maxCompound(segs) {
+		return nil, fmt.Errorf("xprt: send queue of %d WRs is below the minimum %d", cfg.SendQueue, maxCompound(segs))
+	}
+	t := &Transport{cfg: cfg, segs: segs, log: cfg.Logger, calls: make(map[uint32]*call), borrowed: make(map[*byte]*borrowedBuffer), connUp: make(chan struct{}), closeCh: make(chan struct{})}
 	t.bgIdle = sync.NewCond(&t.mu)
-	c, err := t.dial(ctx, t.gen)
+	c, err := t.dial(ctx)
 	if err != nil {
 		t.releaseRegistry()
 		return nil, &ConnectError{Addr: cfg.Addr.String(), Err: err}
@@ -97,14 +138,16 @@ func (t *Transport) ensureRegistry(dev verbs.Device) error {
 	if err != nil {
 		return err
 	}
-	bufSize := t.cfg.MaxIO + 4096
-	reg, err := frwr.New(frwr.Config{PD: pd, Attr: dev.Attr(), Mode: t.cfg.Registration, BufferSize: bufSize,
-		Buffers: t.cfg.IOBuffers, Windows: 4 * t.cfg.IOBuffers})
+	wins := 4 * t.cfg.IOBuffers
+	reg, err := frwr.New(frwr.Config{PD: pd, Attr: dev.Attr(), Mode: t.cfg.Registration, BufferSize: t.bufSize(),
+		Buffers: t.cfg.IOBuffers, Windows: wins})
 	if err != nil {
 		pd.Close()
 		return err
 	}
 	t.pd, t.reg, t.devName = pd, reg, dev.Name()
+	t.budgetCap = need{bufs: t.cfg.IOBuffers, wins: wins}
+	t.budget.free = t.budgetCap
 	return nil
 }
 
@@ -129,6 +172,9 @@ func (t *Transport) Counters() Counters {
 		ReplyBeforeSend: t.ctr.replyBeforeSend.Load(), Reconnects: t.ctr.reconnects.Load(), Retransmits: t.ctr.retransmits.Load(),
 		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
 		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(),
+		Abandoned: t.ctr.abandoned.Load(), AbandonResets: t.ctr.abandonResets.Load(), RetransmitResets: t.ctr.retransmitResets.Load(),
+		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
+		DeviceRemovals: t.ctr.deviceRemovals.Load(), RefusedTransitions: t.ctr.refusedTransitions.Load(), AsyncEvents: t.ctr.asyncEvents.Load(),
 	}
 	t.mu.Lock()
 	reg := t.reg
@@ -186,11 +232,11 @@ func (t *Transport) Close() error {
 	for t.bgN > 0 {
 		t.bgIdle.Wait()
 	}
+	// What is left was never posted (or was settled by the teardown):
+	// wake the callers; they find the transport closed.
 	for _, cl := range t.calls {
-		cl.finish(nil, ErrClosed)
+		cl.wake()
 	}
-	t.calls = map[uint32]*call{}
-	t.orphans = map[*call]struct{}{}
 	t.releaseRegistry()
 	t.mu.Unlock()
 	return nil
@@ -221,15 +267,24 @@ func (t *Transport) waitConn(ctx context.Context) (*conn, error) {
 
 // connLost tears a connection down once: the QP goes to error and is
 // drained with sentinels, windows whose state is unknown are destroyed,
-// and the calls it carried are sent again on a new connection (DESIGN.md
-// rules 5 and 6).
+// and the calls it carried are sent again on a new connection (rules 5
+// and 6).
 func (t *Transport) connLost(c *conn, why error) {
 	t.mu.Lock()
+	c.mu.Lock()
 	if c.broken {
+		c.mu.Unlock()
 		t.mu.Unlock()
 		return
 	}
-	c.broken, c.brokenAt = true, why
+	c.broken = true
+	// Wake calls waiting on this connection for a credit or for room:
+	// they undo their attempt and start over on the next one.
+	for _, cl := range c.creditQ {
+		cl.wake()
+	}
+	c.gate.Reset(admitLocked)
+	c.mu.Unlock()
 	t.ctr.disconnects.Add(1)
 	if t.cn == c {
 		t.cn = nil
@@ -237,13 +292,6 @@ func (t *Transport) connLost(c *conn, why error) {
 			t.connUp = make(chan struct{})
 		}
 	}
-	// Wake calls waiting for credit or room on this connection: they start
-	// over on the next one.
-	for _, cl := range c.creditQ {
-		cl.wake()
-	}
-	c.creditQ = nil
-	c.gate.Reset(admitLocked)
 	closed := t.closed
 	t.bgN++
 	t.mu.Unlock()
@@ -267,24 +315,28 @@ func (t *Transport) connLost(c *conn, why error) {
 
 // teardown drains c and settles every call and window it carried.
 func (t *Transport) teardown(c *conn) {
+	drained := true
 	if err := c.drain(); err != nil {
-		t.log.Warn("drain", "err", err)
+		drained = false
+		t.log.Error("drain failed: the QP is destroyed before its memory is freed", "err", err)
 	}
 	c.stopPoll()
 	c.pollers.Wait()
-	t.mu.Lock()
+	c.mu.Lock()
 	// The device is done with every WR: retire them all.
-	c.ring.Flush(func(_ uint64, m *sendMeta) { t.retireLocked(c, m, nil) })
-	var lost []*call
+	c.ring.Flush(func(_ uint64, m *sendMeta) { c.retireLocked(m, nil) })
+	c.mu.Unlock()
+	if !drained {
+		// The flush could not be proven: destroy the QP first, so that
+		// nothing can reach the memory released below.
+		c.closeQP()
+	}
+	t.mu.Lock()
 	// Calls posted on c are settled here; calls not yet posted undo their
 	// own attempt (they see c.broken).
+	var lost []*call
 	for _, cl := range t.calls {
-		if cl.conn == c && cl.posted && !cl.done {
-			lost = append(lost, cl)
-		}
-	}
-	for cl := range t.orphans {
-		if cl.conn == c && cl.posted && !cl.done {
+		if cl.conn == c && (cl.state.exposesWindows() || cl.state == stAbandoned) {
 			lost = append(lost, cl)
 		}
 	}
@@ -296,22 +348,25 @@ func (t *Transport) teardown(c *conn) {
 		regs = append(regs, cl.regs)
 	}
 	t.reg.ConnectionLost(regs...)
+	t.mu.Lock()
 	for _, cl := range lost {
-		cl.releaseAttempt()
-		t.mu.Lock()
-		if cl.abandoned {
-			// Nobody waits for it: settle it here.
-			if t.calls[cl.req.XID] == cl {
-				delete(t.calls, cl.req.XID)
-			}
-			delete(t.orphans, cl)
-			cl.finish(nil, errAbandoned)
-			t.mu.Unlock()
-			continue
+		cl.regs = cl.regs[:0]
+		cl.releaseMemoryLocked()
+		c.mu.Lock()
+		cl.hasCredit, cl.roomHeld = false, 0
+		c.mu.Unlock()
+		switch {
+		case cl.state == stAbandoned:
+			cl.finishLocked(nil, errAbandoned)
+		case cl.giveUp != nil:
+			cl.finishLocked(nil, cl.giveUp)
+		case t.closed:
+			cl.finishLocked(nil, ErrClosed)
+		default:
+			cl.to(stQueued) // wakes the caller: retransmit on the next connection
 		}
-		t.mu.Unlock()
-		cl.retry()
 	}
+	t.mu.Unlock()
 	c.release()
 }
 
@@ -324,10 +379,8 @@ func (t *Transport) reconnect() {
 			t.mu.Unlock()
 			return
 		}
-		t.gen++
-		gen := t.gen
 		t.mu.Unlock()
-		c, err := t.dial(context.Background(), gen)
+		c, err := t.dial(context.Background())
 		if err == nil {
 			t.mu.Lock()
 			if t.closed {
@@ -337,15 +390,11 @@ func (t *Transport) reconnect() {
 			}
 			t.cn = c
 			close(t.connUp)
-			t.lastErr = nil
 			t.mu.Unlock()
 			t.ctr.reconnects.Add(1)
-			t.log.Info("reconnected", "addr", t.cfg.Addr, "generation", gen)
+			t.log.Info("reconnected", "addr", t.cfg.Addr)
 			return
 		}
-		t.mu.Lock()
-		t.lastErr = err
-		t.mu.Unlock()
 		t.log.Warn("reconnect failed", "addr", t.cfg.Addr, "err", err, "retry_in", delay)
 		select {
 		case <-time.After(delay):
@@ -359,86 +408,12 @@ func (t *Transport) reconnect() {
 // closeConnNow drains and releases a connection that carried no call.
 func (t *Transport) closeConnNow(c *conn) {
 	t.mu.Lock()
+	c.mu.Lock()
 	c.broken = true
+	c.mu.Unlock()
 	t.mu.Unlock()
 	c.drain()
 	c.stopPoll()
 	c.pollers.Wait()
 	c.release()
-}
-
-// retireLocked handles one retired send WR: its send buffer returns to the
-// pool, and the congestion gate gets its room back (waking admitted calls
-// is the gate's callback). done collects calls whose last LOCAL_INV
-// completed.
-func (t *Transport) retireLocked(c *conn, m *sendMeta, done *[]*call) {
-	switch m.kind {
-	case wrSend:
-		c.sendFree = append(c.sendFree, m.sendBuf)
-		if m.call != nil {
-			m.call.sendDone = true
-		}
-	case wrLocalInv:
-		if m.last && m.call != nil && done != nil {
-			*done = append(*done, m.call)
-		}
-	}
-	if !c.broken {
-		c.gate.Free(1, admitLocked)
-	}
-}
-
-// sendLoop reaps send completions: they alone free send-queue room
-// (DESIGN.md rule 1).
-func (c *conn) sendLoop() {
-	defer c.pollers.Done()
-	t := c.t
-	wcs := make([]verbs.Completion, 32)
-	var done []*call
-	for {
-		n, err := c.scq.Poll(wcs)
-		if err != nil {
-			t.connLost(c, err)
-			return
-		}
-		if n == 0 {
-			if err := c.scq.Wait(c.pollCtx); err != nil {
-				if c.pollCtx.Err() == nil {
-					t.connLost(c, err)
-				}
-				return
-			}
-			continue
-		}
-		done = done[:0]
-		t.mu.Lock()
-		for _, wc := range wcs[:n] {
-			if wc.ID == sentinelID {
-				close(c.sqDrained)
-				continue
-			}
-			if wc.Status != verbs.StatusSuccess {
-				if wc.Status != verbs.StatusWRFlushErr {
-					t.ctr.errorCompletions.Add(1)
-				}
-				if !c.broken {
-					t.mu.Unlock()
-					t.connLost(c, &verbs.CompletionError{Completion: wc})
-					t.mu.Lock()
-				}
-				// Retired with the rest by the drain's Flush.
-				continue
-			}
-			if _, err := c.ring.Complete(wc.ID, func(_ uint64, m *sendMeta) { t.retireLocked(c, m, &done) }); err != nil {
-				t.log.Error("send completion for an unknown wrid", "wrid", wc.ID)
-			}
-		}
-		t.mu.Unlock()
-		for _, cl := range done {
-			t.finishReply(cl)
-		}
-		if len(done) > 0 {
-			runtime.Gosched() // as in recvLoop: the completed callers first
-		}
-	}
 }

@@ -38,6 +38,8 @@ type Fabric struct {
 	live struct {
 		endpoints, devices, pds, cqs, qps, mrs, mws atomic.Int64
 	}
+	asyncMu sync.Mutex
+	hubs    map[uintptr]*asyncHub // asynchronous-event readers, one per ibv_context
 }
 
 // Open returns the rdma-core fabric. It fails when no RDMA device exists,

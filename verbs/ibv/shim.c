@@ -368,3 +368,38 @@ int nr_get_cm_event(struct rdma_event_channel *ch, struct nr_cm_event *out)
 	rdma_ack_cm_event(ev);
 	return 0;
 }
+
+int nr_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *qpn)
+{
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(ctx, &ev))
+		return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+	*type = ev.event_type;
+	*port = 0;
+	*qpn = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		*qpn = ev.element.qp ? ev.element.qp->qp_num : 0;
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		*port = ev.element.port_num;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&ev);
+	return 1;
+}

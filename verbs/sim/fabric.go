@@ -139,7 +139,8 @@ type Fabric struct {
 
 type hwDevice struct {
 	attr  verbs.DeviceAttr
-	cmCtx *Device // the context rdma_cm endpoints share, never closed
+	cmCtx *Device   // the context rdma_cm endpoints share, never closed
+	async asyncSubs // its own lock: events are raised without f.mu
 }
 
 // resource is a live object the fabric releases on Close.

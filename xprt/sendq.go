@@ -1,0 +1,220 @@
+package xprt
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/rpcrdma"
+	"github.com/nfsrdma/nfsrdma/verbs"
+)
+
+// The send queue: posting SEND and LOCAL_INV chains, reaping send
+// completions, retiring the send-context ring. Everything here runs under
+// the connection's mutex, and the ibv_post_send crossing runs under it
+// alone (never under Transport.mu): the ring hands out wrids in posting
+// order, so reservation and post must not interleave between chains.
+
+// post marshals the call and posts its binds and its SEND as one chain.
+func (cl *call) post(c *conn) error {
+	t := cl.t
+	if len(cl.regs) > 2*t.segs {
+		return fmt.Errorf("xprt: internal error: %d segments, limit %d", len(cl.regs), 2*t.segs)
+	}
+	segs := make([]rpcrdma.Segment, len(cl.regs))
+	n := 0
+	for _, g := range cl.regs {
+		segs[n] = g.Segment()
+		n++
+	}
+	// Lock order: Transport.mu, then conn.mu. Everything that can fail
+	// is checked before the call moves to stPosted, so a failure here
+	// leaves an unposted attempt for undo.
+	t.mu.Lock()
+	c.mu.Lock()
+	unlockBoth := func() { c.mu.Unlock(); t.mu.Unlock() }
+	if c.broken {
+		unlockBoth()
+		return errRetry
+	}
+	if len(c.sendFree) == 0 || c.ring.Room() < len(cl.regs)+1 {
+		// Cannot happen: every SEND in the ring holds one buffer, and
+		// the gate bounds the ring.
+		unlockBoth()
+		return errors.New("xprt: internal error: no send buffer or ring room after admission")
+	}
+	sb := c.sendFree[len(c.sendFree)-1]
+	buf := c.sendMem.Bytes()[sb*c.sendSize : (sb+1)*c.sendSize]
+	msg, err := marshal(buf[:min(c.inlineSend, c.sendSize)], cl.req.XID, uint32(t.cfg.Slots), &cl.plan, &cl.creq, segs[:n])
+	if err != nil {
+		unlockBoth()
+		return err
+	}
+	// From here on the server may see the windows: only the reply or the
+	// teardown settles them.
+	if !cl.to(stPosted) {
+		unlockBoth()
+		return errors.New("xprt: internal error: call not posted")
+	}
+	if cl.timer == nil {
+		cl.timer = time.AfterFunc(t.cfg.Timeout, func() { t.callTimeout(cl) })
+	} else {
+		cl.timer.Reset(t.cfg.Timeout)
+	}
+	t.mu.Unlock()
+	defer c.mu.Unlock()
+	if cl.plan.PullUp {
+		t.ctr.pullUps.Add(1)
+		t.ctr.pullUpBytes.Add(uint64(sendBodyLen(&cl.plan)))
+	}
+	wrs := c.wrs
+	nw := 0
+	for _, g := range cl.regs {
+		if wr, ok := g.BindWR(); ok {
+			wrs[nw] = wr
+			nw++
+		}
+	}
+	cl.binds = nw
+	c.sendSGE[0] = verbs.SGE{MR: c.sendMR, Offset: uint64(sb * c.sendSize), Length: uint32(len(msg))}
+	wrs[nw] = verbs.SendWR{Opcode: verbs.OpSend, SGL: c.sendSGE[:]}
+	nw++
+	res, ok := c.ring.Reserve(nw, false)
+	if !ok { // checked above
+		c.mu.Unlock()
+		t.connLost(c, errors.New("xprt: send queue full after admission"))
+		c.mu.Lock()
+		return nil
+	}
+	for i := 0; i < nw; i++ {
+		wrs[i].ID = res.First + uint64(i)
+		m := c.ring.Slot(wrs[i].ID)
+		*m = sendMeta{kind: wrBind}
+		if i == nw-1 {
+			*m = sendMeta{kind: wrSend, sendBuf: sb, call: cl}
+			if res.Signal {
+				wrs[i].Flags |= verbs.SendSignaled
+				t.ctr.signaled.Add(1)
+			}
+		}
+	}
+	c.sendFree = c.sendFree[:len(c.sendFree)-1]
+	posted, err := c.qp.PostSend(wrs[:nw])
+	t.ctr.sends.Add(1)
+	if err != nil {
+		// Never flow control (rule 1): a failed post means the QP is
+		// broken. WRs before posted went out, the rest did not, so the
+		// call's windows are in an unknown state: the teardown destroys
+		// them and sends the call again.
+		t.ctr.postFailures.Add(1)
+		t.log.Error("ibv_post_send failed", "err", err, "posted", posted)
+		c.mu.Unlock()
+		t.connLost(c, fmt.Errorf("xprt: ibv_post_send: %w", err))
+		c.mu.Lock()
+	}
+	return nil
+}
+
+// postLocalInvalidationsLocked posts the LOCAL_INV chain of a replied call
+// with its last WR signaled (c.mu held); the call completes when that
+// completion is reaped. The room was reserved at admission (rule 2).
+func (c *conn) postLocalInvalidationsLocked(cl *call, inv []verbs.SendWR) error {
+	res, ok := c.ring.Reserve(len(inv), true)
+	if !ok {
+		return errors.New("xprt: no send-queue room for LOCAL_INV despite the reservation")
+	}
+	for i := range inv {
+		inv[i].ID = res.First + uint64(i)
+		m := c.ring.Slot(inv[i].ID)
+		*m = sendMeta{kind: wrLocalInv}
+		if i == len(inv)-1 {
+			*m = sendMeta{kind: wrLocalInv, last: true, call: cl}
+			inv[i].Flags |= verbs.SendSignaled
+		}
+	}
+	cl.localInvs = len(inv)
+	_, err := c.qp.PostSend(inv)
+	return err
+}
+
+// retireLocked handles one retired send WR (c.mu held): its send buffer
+// returns to the pool and the congestion gate gets its room back. done
+// collects calls whose last LOCAL_INV completed.
+func (c *conn) retireLocked(m *sendMeta, done *[]*call) {
+	switch m.kind {
+	case wrSend:
+		c.sendFree = append(c.sendFree, m.sendBuf)
+		if m.call != nil {
+			m.call.sendDone = true
+		}
+	case wrLocalInv:
+		if m.last && m.call != nil && done != nil {
+			*done = append(*done, m.call)
+		}
+	}
+	*m = sendMeta{}
+	if !c.broken {
+		c.gate.Free(1, admitLocked)
+	}
+}
+
+// sendLoop reaps send completions: they alone free send-queue room
+// (rule 1), and a LOCAL_INV chain's completion finishes its call.
+func (c *conn) sendLoop() {
+	defer c.pollers.Done()
+	t := c.t
+	wcs := make([]verbs.Completion, 32)
+	var done []*call
+	for {
+		n, err := c.scq.Poll(wcs)
+		if err != nil {
+			t.connLost(c, err)
+			return
+		}
+		if n == 0 {
+			if err := c.scq.Wait(c.pollCtx); err != nil {
+				if c.pollCtx.Err() == nil {
+					t.connLost(c, err)
+				}
+				return
+			}
+			continue
+		}
+		done = done[:0]
+		var lost error
+		c.mu.Lock()
+		for _, wc := range wcs[:n] {
+			if wc.ID == sentinelID {
+				close(c.sqDrained)
+				continue
+			}
+			if wc.Status != verbs.StatusSuccess {
+				if wc.Status != verbs.StatusWRFlushErr {
+					t.ctr.errorCompletions.Add(1)
+				}
+				if lost == nil {
+					lost = &verbs.CompletionError{Completion: wc}
+				}
+				// Retired with the rest by the drain's Flush.
+				continue
+			}
+			if _, err := c.ring.Complete(wc.ID, func(_ uint64, m *sendMeta) { c.retireLocked(m, &done) }); err != nil {
+				t.log.Error("send completion for an unknown wrid", "wrid", wc.ID)
+			}
+		}
+		c.mu.Unlock()
+		if lost != nil {
+			// Any error completion disconnects once (rule 6); the calls
+			// whose LOCAL_INVs did complete are finished by the teardown.
+			t.connLost(c, lost)
+			continue
+		}
+		for _, cl := range done {
+			t.finishReply(cl)
+		}
+		if len(done) > 0 {
+			runtime.Gosched() // the completed callers first, as in recvLoop
+		}
+	}
+}
