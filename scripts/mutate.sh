@@ -12,6 +12,8 @@
 #   orig: a snippet of that file (one line or part of one; exact, and it
 #         must occur exactly once in the file)
 #   repl: what replaces the snippet (may be empty)
+#   (more orig:/repl: pairs may follow, for a break that needs two edits;
+#   they are applied in order)
 #   pkg:  the package(s) whose tests must catch it, e.g. ./flowctl/
 #   run:  the -run regexp of the tests that must fail
 #
@@ -80,8 +82,8 @@ apply() { # FILE ORIG REPL: 0 applied, 1 not exactly one occurrence
 	' "$1"
 }
 
-mutate_one() { # id file orig repl pkg run
-	local id=$1 file=$2 orig=$3 repl=$4 pkg=$5 run=$6 verdict rc key
+mutate_one() { # id file pkg run; the pairs in origs[] and repls[]
+	local id=$1 file=$2 pkg=$3 run=$4 verdict rc key i
 	if [ -n "$only" ] && ! [[ $id =~ $only ]]; then return; fi
 	key="$pkg|$run"
 	if [ -z "${baseline[$key]:-}" ]; then
@@ -95,9 +97,11 @@ mutate_one() { # id file orig repl pkg run
 		verdict=NOT-APPLIED
 	else
 		cp "$scratch/$file" "$log/orig.$id"
-		if ! apply "$scratch/$file" "$orig" "$repl"; then
-			verdict=NOT-APPLIED
-		else
+		verdict=
+		for i in "${!origs[@]}"; do
+			apply "$scratch/$file" "${origs[$i]}" "${repls[$i]}" || verdict=NOT-APPLIED
+		done
+		if [ -z "$verdict" ]; then
 			runtests "$pkg" "$run" "$log/$id"
 			rc=$?
 			case $rc in
@@ -110,8 +114,12 @@ mutate_one() { # id file orig repl pkg run
 		cp "$log/orig.$id" "$scratch/$file"
 	fi
 	[ "$verdict" = KILLED ] || failed=1
-	local line
-	line=$(printf '%-13s %-34s %4ss  %s  -run %s' "$verdict" "$id" $((SECONDS - start)) "$pkg" "$run")
+	local line by=
+	if [ "$verdict" = KILLED ]; then
+		by=$(grep -o -e '^--- FAIL: [^ ]*' -e '^panic: .\{0,60\}' -e '^FAIL.*(timed out)\|^\*\*\* Test killed.*' "$log/$id" | sed 's/^--- FAIL: //' | sort -u | head -4 | paste -sd, -)
+		[ -n "$by" ] || by=$(grep -m1 -o 'test timed out.*\|signal: killed' "$log/$id")
+	fi
+	line=$(printf '%-13s %-34s %4ss  %s  -run %s%s' "$verdict" "$id" $((SECONDS - start)) "$pkg" "$run" "${by:+  killed by: $by}")
 	echo "$line"
 	results+=("$line")
 	if [ "$verdict" != KILLED ] && [ -f "$log/$id" ]; then
@@ -119,17 +127,17 @@ mutate_one() { # id file orig repl pkg run
 	fi
 }
 
-id= file= orig= repl= pkg= run= have_orig=0 have_repl=0
+id= file= pkg= run= origs=() repls=()
 flush() {
 	if [ -n "$id" ]; then
-		if [ -z "$file" ] || [ $have_orig = 0 ] || [ $have_repl = 0 ] || [ -z "$pkg" ] || [ -z "$run" ]; then
-			echo "mutate: record $id is incomplete (needs file, orig, repl, pkg, run)" >&2
+		if [ -z "$file" ] || [ ${#origs[@]} = 0 ] || [ ${#origs[@]} != ${#repls[@]} ] || [ -z "$pkg" ] || [ -z "$run" ]; then
+			echo "mutate: record $id is incomplete (needs file, orig/repl pairs, pkg, run)" >&2
 			failed=1
 		else
-			mutate_one "$id" "$file" "$orig" "$repl" "$pkg" "$run"
+			mutate_one "$id" "$file" "$pkg" "$run"
 		fi
 	fi
-	id= file= orig= repl= pkg= run= have_orig=0 have_repl=0
+	id= file= pkg= run= origs=() repls=()
 }
 while IFS= read -r l || [ -n "$l" ]; do
 	case $l in
@@ -137,8 +145,8 @@ while IFS= read -r l || [ -n "$l" ]; do
 	'') flush ;;
 	id:*) id=${l#id:}; id=${id# } ;;
 	file:*) file=${l#file:}; file=${file# } ;;
-	orig:*) orig=${l#orig: }; have_orig=1 ;;
-	repl:*) repl=${l#repl:}; repl=${repl# }; have_repl=1 ;;
+	orig:*) origs+=("${l#orig: }") ;;
+	repl:*) r=${l#repl:}; repls+=("${r# }") ;;
 	pkg:*) pkg=${l#pkg:}; pkg=${pkg# } ;;
 	run:*) run=${l#run:}; run=${run# } ;;
 	*) echo "mutate: cannot parse: $l" >&2; failed=1 ;;

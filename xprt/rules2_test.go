@@ -242,3 +242,167 @@ func TestRuleRemoteInvalidationOfAnotherCallsRkeyResets(t *testing.T) {
 		t.Fatalf("A: %v", err)
 	}
 }
+
+// Rule 7: replies matching no call consume receives like any other; each
+// is given back and reposted, so any number of them leaves the queue
+// whole: no stall, no reconnect to build a fresh queue.
+func TestRuleReceivesRepostedAfterUnknownXIDs(t *testing.T) {
+	r := newRig(t, Config{Slots: 16, Timeout: 30 * time.Second},
+		xprttest.Config{Misbehave: xprttest.Misbehavior{UnknownXID: true, ThenReply: true}})
+	ctx := r.ctx(20 * time.Second)
+	for i := range 100 { // four times the 24-deep receive queue
+		if err := r.null(ctx); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	c := r.tr.Counters()
+	if c.BadXIDs < 100 || c.Disconnects != 0 || c.Timeouts != 0 {
+		t.Fatalf("want 100 unknown xids and no reconnect: %s", c)
+	}
+}
+
+// Rule 3: with several windows, a call completes only after the
+// completion of its LOCAL_INV chain has been reaped, not when the chain is
+// posted.
+func TestRuleLocalInvalidationReapedBeforeComplete(t *testing.T) {
+	r := newRig(t, Config{MaxSegment: 16 << 10}, xprttest.Config{})
+	ctx := r.ctx(20 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	qp := r.serverQP().Peer()
+	inv0 := r.tr.Counters().LocalInvalidations
+	qp.HoldSendCompletions()
+	done := make(chan error, 1)
+	go func() { done <- r.read(ctx, 6, 64<<10) }()
+	waitFor(t, "the LOCAL_INVs", func() bool { return r.tr.Counters().LocalInvalidations >= inv0+4 })
+	select {
+	case err := <-done:
+		qp.ReleaseSendCompletions()
+		t.Fatalf("the READ completed (%v) before its LOCAL_INV completion was reaped", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	qp.ReleaseSendCompletions()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Rule 6: an error completion disconnects at once (not when a call's
+// timer fires), once, and the calls go again on the new connection.
+func TestRuleErrorCompletionDisconnectsAtOnce(t *testing.T) {
+	r := newRig(t, Config{Timeout: 60 * time.Second}, xprttest.Config{})
+	ctx := r.ctx(20 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.serverQP().Peer().FailSend(3, verbs.StatusGeneralErr)
+	noErrors(t, parallel(16, func(i int) error { return r.read(ctx, uint32(i), 64<<10) }))
+	if c := r.tr.Counters(); c.ErrorCompletions == 0 || c.Disconnects != 1 || c.Reconnects != 1 || c.Timeouts != 0 {
+		t.Fatalf("want one error completion, one disconnect, one reconnect, no timeout: %s", c)
+	}
+}
+
+// Rule 6 / RFC 8166 §3.3: the grant is 1 until the first reply of every
+// connection, the first one and each after a reconnect (with calls to
+// retransmit at once).
+func TestRuleCreditsRestartAtOneOnEveryConnection(t *testing.T) {
+	r := newRig(t, Config{Slots: 64}, xprttest.Config{Credits: 64,
+		Misbehave: xprttest.Misbehavior{Delay: 5 * time.Millisecond}})
+	ctx := r.ctx(30 * time.Second)
+	// The first calls of the first connection, all at once.
+	noErrors(t, parallel(16, func(int) error { return r.null(ctx) }))
+	if st := r.srv.Stats(); st.OverCredit != 0 {
+		t.Fatalf("%d calls beyond the grant of 1 on a new connection", st.OverCredit)
+	}
+	// Sixteen calls wait when the connection drops; they go again at once.
+	var tags []uint32
+	var dones []chan error
+	for range 16 {
+		xid, tag := r.next()
+		tags = append(tags, tag)
+		d := make(chan error, 1)
+		dones = append(dones, d)
+		go func() {
+			rep, err := r.tr.RoundTrip(ctx, sunrpctest.EchoRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, []byte("e")))
+			if err == nil {
+				rep.Release()
+			}
+			d <- err
+		}()
+	}
+	for _, tag := range tags {
+		if err := r.h.WaitArrival(ctx, tag, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.srv.Disconnect()
+	for _, tag := range tags {
+		r.h.Release(tag)
+	}
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := r.srv.Stats(); st.OverCredit != 0 || st.Connections != 2 {
+		t.Fatalf("%d calls beyond the grant after the reconnect (connections %d)", st.OverCredit, st.Connections)
+	}
+}
+
+// Rule 8: a window covers exactly its segment: one byte past it is out of
+// reach, and the segment advertised is the one asked for.
+func TestRuleWindowCoversOnlyItsSegment(t *testing.T) {
+	r := newRig(t, Config{}, xprttest.Config{})
+	ctx := r.ctx(20 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	xid, tag := r.next()
+	const n = 8 << 10
+	done := make(chan error, 1)
+	go func() {
+		rep, err := r.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, 4, n, make([]byte, n)))
+		if err == nil {
+			err = sunrpctest.CheckRead(rep, xid, 4, n)
+			rep.Release()
+		}
+		done <- err
+	}()
+	if err := r.h.WaitArrival(ctx, tag, 1); err != nil {
+		t.Fatal(err)
+	}
+	seg := r.header(xid, 0).Writes[0][0]
+	if seg.Length != n {
+		t.Fatalf("a Write chunk segment of %d bytes for a READ of %d", seg.Length, n)
+	}
+	if st := r.serverQP().RogueWrite(seg.Offset+uint64(seg.Length), seg.Handle, []byte{1, 2, 3, 4}); st != verbs.StatusRemAccessErr {
+		t.Fatalf("an RDMA WRITE just past the segment: %v, want REM_ACCESS_ERR", st)
+	}
+	r.h.Release(tag) // the access error broke the connection: the READ goes again
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Rule 1: one signaled SEND per half send queue, exactly: not fewer (the
+// queue would fill with WRs nobody retires), not many more.
+func TestRuleSignalingInterval(t *testing.T) {
+	const depth, calls = 64, 640
+	r := newRig(t, Config{SendQueue: depth, Slots: 16}, xprttest.Config{})
+	ctx := r.ctx(30 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := r.tr.Counters()
+	for i := range calls {
+		if err := r.null(ctx); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	c := r.tr.Counters()
+	sig := c.SignaledSends - before.SignaledSends
+	if want := uint64(calls / (depth / 2)); sig+1 < want || sig > want+1 {
+		t.Fatalf("%d of %d SENDs signaled, want %d (one per half queue)", sig, calls, want)
+	}
+}
