@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -368,5 +369,20 @@ func TestCallGiveUpInlineReadNoLateCopy(t *testing.T) {
 	}
 	if c := s.tr.Counters(); c.Abandoned != 1 {
 		t.Fatalf("the READ was not abandoned: %s", c)
+	}
+}
+
+// The counters' line names every counter once, from its field's tag.
+func TestCountersStringNamesEveryField(t *testing.T) {
+	var c Counters
+	c.Calls, c.AsyncEvents, c.PullUpBytes = 3, 5, 7
+	s := c.String()
+	for _, want := range []string{"calls 3 ", "pullup_bytes 7", "async_events 5"} {
+		if !strings.Contains(s+" ", want) {
+			t.Fatalf("%q lacks %q", s, want)
+		}
+	}
+	if strings.Contains(s, "  ") || strings.HasPrefix(s, " ") || strings.Contains(s, " 0 0") {
+		t.Fatalf("a counter without a name: %q", s)
 	}
 }
