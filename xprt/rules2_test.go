@@ -296,10 +296,21 @@ func TestRuleErrorCompletionDisconnectsAtOnce(t *testing.T) {
 	if err := r.null(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.serverQP().Peer().FailSend(3, verbs.StatusGeneralErr)
-	noErrors(t, parallel(16, func(i int) error { return r.read(ctx, uint32(i), 64<<10) }))
+	// A lone call whose first WR fails: nothing reaches the server, so no
+	// reply and no disconnect from its side can stand in for the error
+	// completion.
+	r.serverQP().Peer().FailSend(1, verbs.StatusGeneralErr)
+	if err := r.read(ctx, 99, 64<<10); err != nil {
+		t.Fatal(err)
+	}
 	if c := r.tr.Counters(); c.ErrorCompletions == 0 || c.Disconnects != 1 || c.Reconnects != 1 || c.Timeouts != 0 {
 		t.Fatalf("want one error completion, one disconnect, one reconnect, no timeout: %s", c)
+	}
+	// Among many calls in flight.
+	r.serverQP().Peer().FailSend(3, verbs.StatusGeneralErr)
+	noErrors(t, parallel(16, func(i int) error { return r.read(ctx, uint32(i), 64<<10) }))
+	if c := r.tr.Counters(); c.Disconnects != 2 || c.Reconnects != 2 || c.Timeouts != 0 {
+		t.Fatalf("want a second disconnect and reconnect, no timeout: %s", c)
 	}
 }
 
@@ -404,5 +415,37 @@ func TestRuleSignalingInterval(t *testing.T) {
 	sig := c.SignaledSends - before.SignaledSends
 	if want := uint64(calls / (depth / 2)); sig+1 < want || sig > want+1 {
 		t.Fatalf("%d of %d SENDs signaled, want %d (one per half queue)", sig, calls, want)
+	}
+}
+
+// RFC 8166 §4.5 / rule 6: a call sent again with the xid of a call whose
+// caller gave up goes on a new connection, never on the one that may still
+// carry the first attempt's reply.
+func TestRuleRetryOfAbandonedXIDOnNewConnection(t *testing.T) {
+	r := newRig(t, Config{}, xprttest.Config{})
+	ctx := r.ctx(20 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	xid, tag := r.next()
+	req := func() *sunrpc.Request {
+		return sunrpctest.EchoRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, []byte("again"))
+	}
+	c1, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := r.tr.RoundTrip(c1, req()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("first attempt: %v", err)
+	}
+	r.h.ReleaseArrival(tag, 2)
+	rep, err := r.tr.RoundTrip(ctx, req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sunrpctest.CheckEcho(rep, xid, []byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	rep.Release()
+	if st := r.srv.Stats(); st.Connections != 2 {
+		t.Fatalf("the retransmission went on connection %d of the server's; want a new one", st.Connections)
 	}
 }
