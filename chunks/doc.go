@@ -52,8 +52,8 @@
 // Write chunk for the DDP-eligible result (when the rest of the reply fits
 // inline) or a Reply chunk sized for the largest possible reply, never both.
 // knfsd, when given both, puts the whole reply, payload included, in the
-// Reply chunk and answers RDMA_NOMSG (shared/TESTBED.md), so a Write chunk
-// next to a Reply chunk would only cost a registration; and a Reply chunk
+// Reply chunk and answers RDMA_NOMSG (measured on kernel 6.1), so a Write
+// chunk next to a Reply chunk would only cost a registration; and a Reply chunk
 // too small for the reply makes knfsd drop the connection without a reply,
 // so a Reply chunk always covers MaxReply rounded up to a multiple of four.
 // The Linux client makes the same choice.

@@ -10,8 +10,8 @@ import "fmt"
 // Slots is the requester's own limit (the number of RPC slots, also the
 // credit value it asks for in its calls). A grant is clamped to [1, slots]:
 // below 1 the transport could never make progress, and above slots the
-// requester has no use for it (DESIGN.md rule 6). The grant restarts at 1 on
-// every connection (RFC 8166 §3.3.3).
+// requester has no use for it. The grant restarts at 1 on every
+// connection (RFC 8166 §3.3.3).
 type Credits struct {
 	slots       uint32
 	granted     uint32

@@ -5,7 +5,10 @@
 // type is a small state machine that takes its events as method calls, so the
 // transport drives it under its own lock and tests drive it directly.
 //
-// The pieces and the rules they keep (DESIGN.md rules 1, 2, 6 and 7):
+// The pieces and the rules they keep: send-queue room comes only from send
+// completions; an RPC is admitted only when its whole compound fits; credits
+// restart at 1 on each connection and are clamped; every receive completion
+// consumes a posted receive:
 //
 //   - Credits counts outstanding calls against the server's grant
 //     (RFC 8166 §3.3.1). The grant restarts at 1 on every connection and is

@@ -5,8 +5,8 @@ import (
 	"slices"
 )
 
-// CongestionGate admits RPCs to the send queue (DESIGN.md rule 2). An RPC
-// is admitted only when the queue has room for its whole compound: every
+// CongestionGate admits RPCs to the send queue. An RPC is
+// admitted only when the queue has room for its whole compound: every
 // BIND, the SEND, and the LOCAL_INVs its reply may need. Reserving the
 // LOCAL_INVs at admission means the reply handler always finds room for
 // them, so work driven by receives never waits on the send queue.

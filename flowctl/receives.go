@@ -2,8 +2,8 @@ package flowctl
 
 import "fmt"
 
-// Receives accounts for the receive queue (DESIGN.md rule 7). Every reply
-// the server sends consumes one posted receive, so the transport keeps at
+// Receives accounts for the receive queue. Every reply the
+// server sends consumes one posted receive, so the transport keeps at
 // least as many posted as it has credits (each outstanding call may be
 // answered at once), plus a few extra for backchannel calls and headroom.
 //

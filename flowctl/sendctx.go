@@ -8,7 +8,7 @@ import (
 // Signaler decides which send work requests are posted signaled
 // (IBV_SEND_SIGNALED). Signaling every WR costs a completion per WR; the
 // transport instead signals about every half send queue, and one signaled
-// completion then retires every earlier unsignaled WR (DESIGN.md rule 1).
+// completion then retires every earlier unsignaled WR.
 //
 // It decides per chain: only the last WR of a chain is ever signaled, so
 // the signaled completion is the SEND's, whose buffer it releases. A chain
@@ -76,8 +76,8 @@ type Reservation struct {
 func (r Reservation) Last() uint64 { return r.First + uint64(r.N) - 1 }
 
 // SendContextRing holds the metadata of every outstanding send work request
-// in a ring as long as the send queue (DESIGN.md rule 1). Each WR's wr_id
-// is its wrid: a wrapping 64-bit sequence number. The outstanding wrids are
+// in a ring as long as the send queue. Each WR's wr_id is
+// its wrid: a wrapping 64-bit sequence number. The outstanding wrids are
 // consecutive and occupy consecutive slots, so a completion is matched to
 // its metadata by arithmetic, without a lookup or an allocation.
 //
@@ -85,7 +85,7 @@ func (r Reservation) Last() uint64 { return r.First + uint64(r.N) - 1 }
 // slots, and Complete, given the wrid of a completion, retires every WR up
 // to and including it, the unsignaled ones before it included, handing each
 // one's metadata back so that its buffers can be released (a send buffer
-// belongs to the device until then, DESIGN.md rule 4). The ring never relies
+// belongs to the device until then). The ring never relies
 // on ibv_post_send failing when the queue is full.
 //
 // The ring signals WRs through its Signaler (see Reserve); size the QP's
@@ -192,9 +192,9 @@ func (r *SendContextRing[T]) Complete(wrid uint64, retire func(wrid uint64, meta
 
 // Flush retires every outstanding WR, oldest first, as Complete does, and
 // resets the signaling state. Call it at teardown only after the drain
-// sentinel's flush completion has proved the device is done with every WR
-// (DESIGN.md rule 5). The wrid sequence continues, so a stale completion
-// from the old queue is recognised as unknown.
+// sentinel's flush completion has proved the device is done with every WR.
+// The wrid sequence continues, so a stale completion from the old queue is
+// recognised as unknown.
 func (r *SendContextRing[T]) Flush(retire func(wrid uint64, meta *T)) int {
 	n := r.retireThrough(r.head, retire)
 	r.sig.Reset()

@@ -165,7 +165,7 @@ func (r *Registry) releaseLocked(g *Registration) error {
 // ConnectionLost handles an error completion or a lost connection: the QP
 // is in the error state, so windows whose bind or LOCAL_INV may have been
 // flushed have an unknown state. Call it once the QP is in the error state
-// and its outstanding WRs have flushed (the drain of DESIGN.md rule 5), and
+// and its outstanding WRs have flushed (drained), and
 // before the QP is closed (windows are freed before their QP, or rxe
 // warns), with the transport's posting stopped: no BindWR or LOCAL_INV of
 // a registration made before the call may be posted after it.

@@ -262,7 +262,7 @@ func (r *Registry) Counters() Counters {
 }
 
 // Sync is the DMA sync stage of the reply handler, run after every window
-// of the RPC is invalid and before the caller reads b (DESIGN.md rule 3).
+// of the RPC is invalid and before the caller reads b.
 //
 // Host memory registered with verbs is cache-coherent with the device, and
 // the completion that reported the reply was read after the device wrote

@@ -582,7 +582,7 @@ func TestNFS3LinkRenameSymlink(t *testing.T) {
 		p := func(s string) string { return "/" + name + "/" + s }
 		write := func(path, content string) {
 			t.Helper()
-			f, err := tgt.OpenFile(ctx, path, 0o644)
+			f, err := tgt.OpenFileContext(ctx, path, os.O_RDWR|os.O_CREATE, 0o644)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -595,7 +595,7 @@ func TestNFS3LinkRenameSymlink(t *testing.T) {
 		}
 		read := func(path string) string {
 			t.Helper()
-			f, err := tgt.Open(ctx, path)
+			f, err := tgt.OpenContext(ctx, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -947,7 +947,7 @@ func TestNFS3RestartBetweenWriteAndCommit(t *testing.T) {
 					}
 				case "File": // small writes kept until Close commits them
 					tgt := nfs3.NewTarget(n.c, n.root, 64<<20)
-					f, err := tgt.Open(ctx, name)
+					f, err := tgt.OpenFileContext(ctx, name, os.O_RDWR, 0)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -1032,7 +1032,7 @@ func TestNFS3Interop(t *testing.T) {
 	// RDMA -> TCP.
 	data := make([]byte, 6<<20+4321)
 	rand.Read(data)
-	f, err := tgt.OpenFile(ctx, "/interop/from-rdma.bin", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "/interop/from-rdma.bin", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1065,7 +1065,7 @@ func TestNFS3Interop(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	r, err := tgt.Open(ctx, "/interop/from-tcp.bin")
+	r, err := tgt.OpenContext(ctx, "/interop/from-tcp.bin")
 	if err != nil {
 		t.Fatal(err)
 	}

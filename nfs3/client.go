@@ -13,11 +13,19 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// ClientOptions configures a Client. The zero value is usable: AUTH_NONE, no
+// ClientOptions configures a Client. The zero value is usable: AUTH_SYS with
+// the process's ids (ProcessCred, as Mount and the Linux client send), no
 // retransmission beyond the transport's, a window of 16, server-preferred
 // READ/WRITE sizes.
 type ClientOptions struct {
-	Cred   sunrpc.OpaqueAuth  // zero: AUTH_NONE
+	// Cred is the calls' credential (a context's sunrpc.WithCredential
+	// overrides it per call). The zero value means ProcessCred(); set
+	// AuthNone to send AUTH_NONE instead.
+	Cred sunrpc.OpaqueAuth
+	// AuthNone sends AUTH_NONE when Cred is zero (an explicit
+	// sunrpc.AuthNone credential cannot be told from the zero value).
+	AuthNone bool
+
 	XIDs   *sunrpc.XIDSource  // share one among Clients of one Transport
 	Retry  sunrpc.RetryPolicy // timeo/retrans/hard/soft
 	Logger *slog.Logger       // nil: discard
@@ -84,6 +92,13 @@ func NewClient(t sunrpc.Transport, opts *ClientOptions) (*Client, error) {
 	}
 	if c.opts.DirSize == 0 {
 		c.opts.DirSize = DefaultDirSize
+	}
+	if c.opts.Cred.Flavor == sunrpc.AuthFlavorNone && len(c.opts.Cred.Body) == 0 && !c.opts.AuthNone {
+		cred, err := ProcessCred()
+		if err != nil {
+			return nil, err
+		}
+		c.opts.Cred = cred
 	}
 	rc, err := sunrpc.NewClient(t, sunrpc.ClientConfig{
 		Prog: Program, Vers: Version, Cred: c.opts.Cred, XIDs: c.opts.XIDs,

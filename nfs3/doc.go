@@ -12,6 +12,22 @@
 // without copies.
 //
 // Target and File are the path-based API, shaped like go-nfs-client's (see
-// MIGRATING.md). Errors are Status values (NFS3ERR_*) that match io/fs and
-// syscall errors with errors.Is.
+// MIGRATING.md). Target is also an io/fs file system (fs.FS, fs.ReadDirFS,
+// fs.StatFS, fs.ReadFileFS: fs.WalkDir, fs.Glob, http.FS and testing/fstest
+// work on an export) and *File an fs.File and fs.ReadDirFile. OpenFile takes
+// os.OpenFile's flags (O_CREATE, O_EXCL as an EXCLUSIVE create, O_TRUNC,
+// O_APPEND, the access modes). File's io methods honour deadlines
+// (SetDeadline) and have *Context variants, so that a server that stops
+// answering does not hold a caller until Target.Close.
+//
+// Like the Linux client, the package sends AUTH_SYS with the process's ids
+// unless told otherwise (ClientOptions.AuthNone, MountOptions.Cred), connects
+// over TCP from a reserved source port when the process may bind one
+// (MountOptions.NoResvPort opts out), clamps the times it sends to NFSv3's
+// unsigned 32-bit seconds, and maps NFS errors to errno values as the kernel
+// client does: errors are Status values (NFS3ERR_*) inside *fs.PathError that
+// match io/fs sentinels and syscall errors with errors.Is.
+//
+// Package nfs3test is a conformance suite for the path API, and gonfstest
+// an in-process go-nfs server for tests.
 package nfs3

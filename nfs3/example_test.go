@@ -8,37 +8,36 @@ import (
 	"io/fs"
 	"log"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 
-	"github.com/go-git/go-billy/v5/memfs"
-	gonfs "github.com/willscott/go-nfs"
-	"github.com/willscott/go-nfs/helpers"
-
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/nfs3/gonfstest"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // exampleServer starts an in-memory NFSv3 server (go-nfs) on 127.0.0.1 and
-// returns its host and port; MOUNT and NFS share the port.
-func exampleServer() (string, int) {
+// returns its host and port (MOUNT and NFS share the port) and its stop.
+func exampleServer() (string, int, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	mem := memfs.New()
+	mem := gonfstest.NewMemFS()
 	if err := mem.MkdirAll("/docs", 0o755); err != nil {
 		log.Fatal(err)
 	}
-	go gonfs.Serve(ln, helpers.NewCachingHandler(helpers.NewNullAuthHandler(mem), 1024))
+	stop := gonfstest.Serve(ln, mem)
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	p, _ := strconv.Atoi(port)
-	return host, p
+	return host, p, stop
 }
 
 // Mount an export and use it through paths, as with go-nfs-client.
 func Example() {
-	host, port := exampleServer()
+	host, port, stop := exampleServer()
+	defer stop()
 	ctx := context.Background()
 
 	// Against knfsd: nfs3.Mount(ctx, "server", "/export", nil) finds the ports
@@ -51,8 +50,7 @@ func Example() {
 	}
 	defer target.Unmount(ctx)
 
-	// (0o666: the example server cannot chmod, and creates files 0o666.)
-	f, err := target.OpenFile(ctx, "/docs/hello.txt", 0o666)
+	f, err := target.OpenFileContext(ctx, "/docs/hello.txt", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -63,7 +61,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	f, err = target.Open(ctx, "/docs/hello.txt")
+	f, err = target.OpenContext(ctx, "/docs/hello.txt")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -83,12 +81,13 @@ func Example() {
 	}
 	// Output:
 	// hello, world
-	// hello.txt 13 -rw-rw-rw-
+	// hello.txt 13 -rw-r--r--
 }
 
 // Errors are nfs3.Status values that match io/fs and syscall errors.
 func ExampleStatus() {
-	host, port := exampleServer()
+	host, port, stop := exampleServer()
+	defer stop()
 	ctx := context.Background()
 	target, err := nfs3.Mount(ctx, host, "/", &nfs3.MountOptions{MountPort: port, NFSPort: port, Cred: &sunrpc.AuthNone})
 	if err != nil {
@@ -108,7 +107,8 @@ func ExampleStatus() {
 // transport plugs in the same way. ReadAt and WriteAt pipeline READs and
 // WRITEs of the negotiated size.
 func ExampleClient() {
-	host, port := exampleServer()
+	host, port, stop := exampleServer()
+	defer stop()
 	ctx := context.Background()
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 
@@ -163,4 +163,39 @@ func ExampleClient_DirEntriesPlus() {
 		}
 		fmt.Println(e.Name, e.Cookie)
 	}
+}
+
+// A Target is an io/fs file system: walk it, glob it, serve it with http.FS.
+func ExampleTarget_fs() {
+	host, port, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+	target, err := nfs3.Mount(ctx, host, "/", &nfs3.MountOptions{MountPort: port, NFSPort: port, Cred: &sunrpc.AuthNone})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer target.Close()
+	for _, p := range []string{"/docs/a.txt", "/docs/b.md"} {
+		f, err := target.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			log.Fatal(err)
+		}
+		f.Write([]byte(p))
+		f.Close()
+	}
+	fs.WalkDir(target, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			fmt.Println(p)
+		}
+		return nil
+	})
+	b, _ := fs.ReadFile(target, "docs/b.md")
+	fmt.Println(string(b))
+	// Output:
+	// docs/a.txt
+	// docs/b.md
+	// /docs/b.md
 }

@@ -3,6 +3,8 @@ package nfs3
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -257,7 +259,10 @@ func FuzzExports(f *testing.F) {
 }
 
 // FuzzClientReplies feeds arbitrary results to every procedure of the client,
-// inline and RDMA-style: no panic, no hang, an error or a result.
+// inline and RDMA-style: no panic, no hang, an error or a result; a reply
+// whose status is not NFS3_OK never succeeds, and when its error is a
+// status it is that one; a READ never returns more than was asked or than
+// the reply carried.
 func FuzzClientReplies(f *testing.F) {
 	for i, r := range []codecResult{&attrResult{}, &LookupResult{FH: testFH}, &ReaddirResult{EOF: true}} {
 		f.Add(uint8(i), false, r.encode(appendStatus(nil, StatusOK), StatusOK))
@@ -277,7 +282,22 @@ func FuzzClientReplies(f *testing.F) {
 		if Status(beUint32(body)) != ErrJukebox {
 			ctx = context.Background()
 		}
-		callProc(ctx, c, uint32(proc)%22)
+		p := uint32(proc) % 22
+		err := callProc(ctx, c, p)
+		if p == ProcNull || len(body) < 4 {
+			return
+		}
+		st := Status(beUint32(body))
+		if st == StatusOK {
+			return
+		}
+		if err == nil {
+			t.Fatalf("proc %d: a reply with status %v succeeded", p, st)
+		}
+		var got Status
+		if errors.As(err, &got) && got != st && st != ErrJukebox {
+			t.Fatalf("proc %d: reply status %v reported as %v", p, st, got)
+		}
 	})
 }
 
@@ -288,54 +308,65 @@ func beUint32(b []byte) uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
-func callProc(ctx context.Context, c *Client, proc uint32) {
+func callProc(ctx context.Context, c *Client, proc uint32) error {
 	fh := testFH
+	var err error
 	switch proc {
 	case ProcNull:
-		c.Null(ctx)
+		err = c.Null(ctx)
 	case ProcGetattr:
-		c.Getattr(ctx, fh)
+		_, err = c.Getattr(ctx, fh)
 	case ProcSetattr:
-		c.Setattr(ctx, fh, SetAttr{}, &Time{})
+		_, err = c.Setattr(ctx, fh, SetAttr{}, &Time{})
 	case ProcLookup:
-		c.Lookup(ctx, fh, "n")
+		var r LookupResult
+		r, err = c.Lookup(ctx, fh, "n")
+		if err == nil && len(r.FH) > FHSize {
+			panic(fmt.Sprintf("LOOKUP returned a handle of %d bytes", len(r.FH)))
+		}
 	case ProcAccess:
-		c.Access(ctx, fh, 1)
+		_, err = c.Access(ctx, fh, 1)
 	case ProcReadlink:
-		c.Readlink(ctx, fh)
+		_, err = c.Readlink(ctx, fh)
 	case ProcRead:
-		c.Read(ctx, fh, 0, make([]byte, 16))
+		buf := make([]byte, 16)
+		var r ReadResult
+		r, err = c.Read(ctx, fh, 0, buf)
+		if err == nil && (r.Count < 0 || r.Count > len(buf)) {
+			panic(fmt.Sprintf("READ of %d bytes returned %d", len(buf), r.Count))
+		}
 	case ProcWrite:
-		c.Write(ctx, fh, 0, []byte("abc"), Unstable)
+		_, err = c.Write(ctx, fh, 0, []byte("abc"), Unstable)
 	case ProcCreate:
-		c.Create(ctx, fh, "n", CreateHow{Mode: Exclusive})
+		_, err = c.Create(ctx, fh, "n", CreateHow{Mode: Exclusive})
 	case ProcMkdir:
-		c.Mkdir(ctx, fh, "n", SetAttr{})
+		_, err = c.Mkdir(ctx, fh, "n", SetAttr{})
 	case ProcSymlink:
-		c.Symlink(ctx, fh, "n", SetAttr{}, "t")
+		_, err = c.Symlink(ctx, fh, "n", SetAttr{}, "t")
 	case ProcMknod:
-		c.Mknod(ctx, fh, "n", MknodData{Type: TypeChr})
+		_, err = c.Mknod(ctx, fh, "n", MknodData{Type: TypeChr})
 	case ProcRemove:
-		c.Remove(ctx, fh, "n")
+		_, err = c.Remove(ctx, fh, "n")
 	case ProcRmdir:
-		c.Rmdir(ctx, fh, "n")
+		_, err = c.Rmdir(ctx, fh, "n")
 	case ProcRename:
-		c.Rename(ctx, fh, "a", fh, "b")
+		_, err = c.Rename(ctx, fh, "a", fh, "b")
 	case ProcLink:
-		c.Link(ctx, fh, fh, "n")
+		_, err = c.Link(ctx, fh, fh, "n")
 	case ProcReaddir:
-		c.ReadDirAll(ctx, fh)
+		_, err = c.ReadDirAll(ctx, fh)
 	case ProcReaddirplus:
-		c.ReadDirPlusAll(ctx, fh)
+		_, err = c.ReadDirPlusAll(ctx, fh)
 	case ProcFsstat:
-		c.Fsstat(ctx, fh)
+		_, err = c.Fsstat(ctx, fh)
 	case ProcFsinfo:
-		c.Fsinfo(ctx, fh)
+		_, err = c.Fsinfo(ctx, fh)
 	case ProcPathconf:
-		c.Pathconf(ctx, fh)
+		_, err = c.Pathconf(ctx, fh)
 	case ProcCommit:
-		c.Commit(ctx, fh, 0, 0)
+		_, err = c.Commit(ctx, fh, 0, 0)
 	}
+	return err
 }
 
 // FuzzMountReplies feeds arbitrary results to the MOUNT procedures.
@@ -354,6 +385,13 @@ func FuzzMountReplies(f *testing.F) {
 			res, err := mc.Mnt(ctx, "/x")
 			if err == nil && len(res.FH) > FHSize {
 				t.Fatalf("handle of %d bytes accepted", len(res.FH))
+			}
+			if st := MountStatus(beUint32(body)); len(body) >= 4 && st != MountOK && err == nil {
+				t.Fatalf("MNT with status %v succeeded", st)
+			}
+			var got MountStatus
+			if st := MountStatus(beUint32(body)); errors.As(err, &got) && got != st {
+				t.Fatalf("MNT status %v reported as %v", st, got)
 			}
 		case 1:
 			mc.Export(ctx)

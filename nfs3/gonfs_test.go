@@ -3,153 +3,25 @@ package nfs3
 import (
 	"context"
 	"io"
-	"net"
 	"os"
-	"path"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-billy/v5/memfs"
-	gonfs "github.com/willscott/go-nfs"
-	"github.com/willscott/go-nfs/helpers"
+	"go.uber.org/goleak"
 
+	"github.com/nfsrdma/nfsrdma/nfs3/gonfstest"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
+// TestMain fails the package's tests if goroutines outlive them (a transport,
+// a server or a File's call left running).
 func TestMain(m *testing.M) {
-	gonfs.Log.SetLevel(gonfs.PanicLevel) // the server's own logging is noise here
-	os.Exit(m.Run())
-}
-
-// unixFS is a go-billy memfs with the ownership, time, special-file and
-// hard-link operations go-nfs needs for SETATTR, MKNOD and LINK. memfs has no
-// inodes: a "hard link" is a copy and special files are empty regular files,
-// which is enough to exercise the protocol.
-type unixFS struct {
-	billy.Filesystem
-	mu    sync.Mutex
-	owner map[string][2]int
-	modes map[string]os.FileMode // chmod'ed permissions, by clean path
-}
-
-func (u *unixFS) Chmod(name string, mode os.FileMode) error {
-	if _, err := u.Filesystem.Lstat(name); err != nil {
-		return err
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.modes == nil {
-		u.modes = map[string]os.FileMode{}
-	}
-	u.modes[path.Clean("/"+name)] = mode.Perm()
-	return nil
-}
-
-// modeInfo overrides a FileInfo's permissions.
-type modeInfo struct {
-	os.FileInfo
-	perm os.FileMode
-}
-
-func (m modeInfo) Mode() os.FileMode { return m.FileInfo.Mode()&^os.ModePerm | m.perm }
-
-func (u *unixFS) withMode(name string, fi os.FileInfo) os.FileInfo {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if perm, ok := u.modes[path.Clean("/"+name)]; ok {
-		return modeInfo{fi, perm}
-	}
-	return fi
-}
-
-func (u *unixFS) Stat(name string) (os.FileInfo, error) {
-	fi, err := u.Filesystem.Stat(name)
-	if err != nil {
-		return nil, err
-	}
-	return u.withMode(name, fi), nil
-}
-
-func (u *unixFS) Lstat(name string) (os.FileInfo, error) {
-	fi, err := u.Filesystem.Lstat(name)
-	if err != nil {
-		return nil, err
-	}
-	return u.withMode(name, fi), nil
-}
-
-func (u *unixFS) ReadDir(dir string) ([]os.FileInfo, error) {
-	fis, err := u.Filesystem.ReadDir(dir)
-	for i, fi := range fis {
-		fis[i] = u.withMode(path.Join(dir, fi.Name()), fi)
-	}
-	return fis, err
-}
-
-// OpenFile ignores O_EXCL without O_CREATE, as POSIX systems do (go-nfs opens
-// with O_WRONLY|O_EXCL to truncate; memfs would refuse).
-func (u *unixFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, error) {
-	if flag&os.O_CREATE == 0 {
-		flag &^= os.O_EXCL
-	}
-	return u.Filesystem.OpenFile(name, flag, perm)
-}
-
-func (u *unixFS) Remove(name string) error {
-	u.mu.Lock()
-	delete(u.modes, path.Clean("/"+name))
-	u.mu.Unlock()
-	return u.Filesystem.Remove(name)
-}
-
-func (u *unixFS) Lchown(name string, uid, gid int) error { return u.Chown(name, uid, gid) }
-
-func (u *unixFS) Chown(name string, uid, gid int) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.owner == nil {
-		u.owner = map[string][2]int{}
-	}
-	u.owner[name] = [2]int{uid, gid}
-	return nil
-}
-
-func (u *unixFS) Chtimes(string, time.Time, time.Time) error { return nil }
-
-func (u *unixFS) touch(name string, mode uint32) error {
-	f, err := u.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, os.FileMode(mode&0o777))
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-func (u *unixFS) Mknod(name string, mode, _, _ uint32) error { return u.touch(name, mode) }
-func (u *unixFS) Mkfifo(name string, mode uint32) error      { return u.touch(name, mode) }
-func (u *unixFS) Socket(name string) error                   { return u.touch(name, 0o600) }
-
-func (u *unixFS) Link(target, link string) error {
-	src, err := u.Open(target)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := u.OpenFile(link, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return err
-	}
-	return dst.Close()
+	gonfstest.Quiet() // the server's own logging is noise here
+	goleak.VerifyTestMain(m)
 }
 
 type goNFSServer struct {
-	fs   *unixFS
+	*gonfstest.Server
 	host string
 	port int
 }
@@ -158,37 +30,9 @@ type goNFSServer struct {
 // on one port) on 127.0.0.1.
 func startGoNFS(t testing.TB) *goNFSServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fsys := &unixFS{Filesystem: memfs.New()}
-	// memfs only acknowledges its root once it holds something.
-	if err := fsys.MkdirAll("/.keep", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	handler := helpers.NewCachingHandler(&unixHandler{helpers.NewNullAuthHandler(fsys), fsys}, 1<<16)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = gonfs.Serve(ln, handler)
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	p, _ := strconv.Atoi(port)
-	return &goNFSServer{fs: fsys, host: host, port: p}
+	s := gonfstest.Start(t)
+	return &goNFSServer{Server: s, host: s.Host, port: s.Port}
 }
-
-// unixHandler hands go-nfs the unixFS as its billy.Change.
-type unixHandler struct {
-	gonfs.Handler
-	fs *unixFS
-}
-
-func (h *unixHandler) Change(billy.Filesystem) billy.Change { return h.fs }
 
 func (s *goNFSServer) mount(t testing.TB, opts *MountOptions) *Target {
 	t.Helper()
@@ -223,7 +67,7 @@ func TestGoNFSSmoke(t *testing.T) {
 	if err := tgt.Client().Null(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f, err := tgt.OpenFile(ctx, "/hello.txt", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "/hello.txt", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +77,7 @@ func TestGoNFSSmoke(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err = tgt.Open(ctx, "hello.txt")
+	f, err = tgt.OpenContext(ctx, "hello.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,16 +14,15 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-git/go-billy/v5"
-	"github.com/go-git/go-billy/v5/memfs"
 	"github.com/go-git/go-billy/v5/osfs"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/nfs3/gonfstest"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
@@ -58,136 +57,13 @@ type rdmaOpts struct {
 	wrap func(next xprttest.Handler) xprttest.Handler
 }
 
-// syncFS is a memfs made safe for go-nfs, which serves the calls
-// concurrently (memfs is not safe for concurrent use: one WRITE races with
-// another's GETATTR): every operation, on the file system and on its files,
-// holds one lock. It also has the billy.Change methods go-nfs needs to apply
-// SETATTR and the attributes of CREATE and MKDIR; they change nothing (memfs
-// keeps no owners or times, and files keep the permissions they were created
-// with).
-type syncFS struct {
-	mu *sync.Mutex
-	fs billy.Filesystem
-}
-
-func newSyncFS() syncFS { return syncFS{mu: new(sync.Mutex), fs: memfs.New()} }
-
-func locked[T any](mu *sync.Mutex, fn func() (T, error)) (T, error) {
-	mu.Lock()
-	defer mu.Unlock()
-	return fn()
-}
-
-func (s syncFS) file(f billy.File, err error) (billy.File, error) {
-	if err != nil {
-		return nil, err
-	}
-	return syncFile{mu: s.mu, f: f}, nil
-}
-
-func (s syncFS) Create(name string) (billy.File, error) {
-	return s.file(locked(s.mu, func() (billy.File, error) { return s.fs.Create(name) }))
-}
-
-func (s syncFS) Open(name string) (billy.File, error) {
-	return s.file(locked(s.mu, func() (billy.File, error) { return s.fs.Open(name) }))
-}
-
-// OpenFile ignores O_EXCL without O_CREATE, as POSIX systems do (go-nfs
-// truncates with O_WRONLY|O_EXCL, which memfs would refuse).
-func (s syncFS) OpenFile(name string, flag int, perm os.FileMode) (billy.File, error) {
-	if flag&os.O_CREATE == 0 {
-		flag &^= os.O_EXCL
-	}
-	return s.file(locked(s.mu, func() (billy.File, error) { return s.fs.OpenFile(name, flag, perm) }))
-}
-
-func (s syncFS) TempFile(dir, prefix string) (billy.File, error) {
-	return s.file(locked(s.mu, func() (billy.File, error) { return s.fs.TempFile(dir, prefix) }))
-}
-
-func (s syncFS) Stat(name string) (os.FileInfo, error) {
-	return locked(s.mu, func() (os.FileInfo, error) { return s.fs.Stat(name) })
-}
-
-func (s syncFS) Lstat(name string) (os.FileInfo, error) {
-	return locked(s.mu, func() (os.FileInfo, error) { return s.fs.Lstat(name) })
-}
-
-func (s syncFS) ReadDir(name string) ([]os.FileInfo, error) {
-	return locked(s.mu, func() ([]os.FileInfo, error) { return s.fs.ReadDir(name) })
-}
-
-func (s syncFS) Readlink(name string) (string, error) {
-	return locked(s.mu, func() (string, error) { return s.fs.Readlink(name) })
-}
-
-func (s syncFS) do(fn func() error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return fn()
-}
-
-func (s syncFS) Rename(from, to string) error {
-	return s.do(func() error { return s.fs.Rename(from, to) })
-}
-func (s syncFS) Remove(name string) error { return s.do(func() error { return s.fs.Remove(name) }) }
-func (s syncFS) MkdirAll(name string, perm os.FileMode) error {
-	return s.do(func() error { return s.fs.MkdirAll(name, perm) })
-}
-func (s syncFS) Symlink(target, link string) error {
-	return s.do(func() error { return s.fs.Symlink(target, link) })
-}
-func (s syncFS) Join(elem ...string) string               { return s.fs.Join(elem...) }
-func (s syncFS) Root() string                             { return s.fs.Root() }
-func (s syncFS) Chroot(string) (billy.Filesystem, error)  { return nil, billy.ErrNotSupported }
-func (syncFS) Chmod(string, os.FileMode) error            { return nil }
-func (syncFS) Lchown(string, int, int) error              { return nil }
-func (syncFS) Chown(string, int, int) error               { return nil }
-func (syncFS) Chtimes(string, time.Time, time.Time) error { return nil }
-
-// syncFile is a file of a syncFS.
-type syncFile struct {
-	mu *sync.Mutex
-	f  billy.File
-}
-
-func (f syncFile) do(fn func() error) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return fn()
-}
-
-func (f syncFile) Name() string { return f.f.Name() }
-
-func (f syncFile) Write(p []byte) (int, error) {
-	return locked(f.mu, func() (int, error) { return f.f.Write(p) })
-}
-
-func (f syncFile) Read(p []byte) (int, error) {
-	return locked(f.mu, func() (int, error) { return f.f.Read(p) })
-}
-
-func (f syncFile) ReadAt(p []byte, off int64) (int, error) {
-	return locked(f.mu, func() (int, error) { return f.f.ReadAt(p, off) })
-}
-
-func (f syncFile) Seek(off int64, whence int) (int64, error) {
-	return locked(f.mu, func() (int64, error) { return f.f.Seek(off, whence) })
-}
-
-func (f syncFile) Close() error              { return f.do(f.f.Close) }
-func (f syncFile) Lock() error               { return f.do(f.f.Lock) }
-func (f syncFile) Unlock() error             { return f.do(f.f.Unlock) }
-func (f syncFile) Truncate(size int64) error { return f.do(func() error { return f.f.Truncate(size) }) }
-
 // newRDMA starts the server and dials it. Cleanup closes everything and
 // checks the fabric for leaked resources and anomalies, and that no
 // goroutine outlives the stack.
 func newRDMA(t *testing.T, o rdmaOpts) *rdmaNFS {
 	t.Helper()
 	goroutines := runtime.NumGoroutine()
-	n := &rdmaNFS{fs: newSyncFS()}
+	n := &rdmaNFS{fs: gonfstest.NewMemFS()}
 	// memfs acknowledges its root only once it holds something.
 	if err := n.fs.MkdirAll("/.keep", 0o755); err != nil {
 		t.Fatal(err)
@@ -302,7 +178,7 @@ func TestRDMALargeFile(t *testing.T) {
 	writes := (size + rdmaIO - 1) / rdmaIO
 
 	before := n.tr.Counters()
-	f, err := tgt.OpenFile(ctx, "/big.bin", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "/big.bin", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +196,7 @@ func TestRDMALargeFile(t *testing.T) {
 		t.Fatal("the server's copy differs")
 	}
 
-	g, err := tgt.Open(ctx, "big.bin")
+	g, err := tgt.OpenContext(ctx, "big.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,7 +472,7 @@ func TestRDMAErrorMapping(t *testing.T) {
 		t.Errorf("MKDIR of an existing directory: %v", err)
 	}
 	var pe *fs.PathError
-	if _, err := tgt.Open(ctx, "/d/nope"); !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != "/d/nope" {
+	if _, err := tgt.OpenContext(ctx, "/d/nope"); !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != "/d/nope" {
 		t.Errorf("Open of a missing file: %v", err)
 	}
 	if err := tgt.Remove(ctx, "/d/nope"); !errors.Is(err, fs.ErrNotExist) {

@@ -44,41 +44,56 @@ const (
 	ErrJukebox     Status = 10008 // slow to answer (e.g. data offline): retry later
 )
 
+// Errnos the Linux kernel uses inside its NFS client for NFSv3 statuses that
+// have no POSIX errno (include/linux/errno.h: "should never be seen by user
+// programs"). Status.KernelErrno returns them; errors.Is matches them too.
+const (
+	EBADHANDLE = syscall.Errno(521) // illegal NFS file handle
+	ENOTSYNC   = syscall.Errno(522) // update synchronization mismatch
+	EBADCOOKIE = syscall.Errno(523) // cookie is stale
+	ENOTSUPP   = syscall.Errno(524) // operation is not supported (NFSv3 sense)
+	ETOOSMALL  = syscall.Errno(525) // buffer or request is too small
+	EBADTYPE   = syscall.Errno(527) // type not supported by server
+	EJUKEBOX   = syscall.Errno(528) // request initiated, but will not complete before timeout
+)
+
+// statusInfo gives each status its name, the errno the Linux client's
+// nfs_stat_to_errno gives it (kernel), and the errno a process sees (errno):
+// the kernel's, except that the kernel-internal values of 512 and above, which
+// FUSE and POSIX callers cannot carry, become their nearest POSIX meaning.
 var statusInfo = map[Status]struct {
-	name  string
-	errno syscall.Errno
+	name          string
+	errno, kernel syscall.Errno
 }{
-	StatusOK:       {"NFS3_OK", 0},
-	ErrPerm:        {"NFS3ERR_PERM", syscall.EPERM},
-	ErrNoEnt:       {"NFS3ERR_NOENT", syscall.ENOENT},
-	ErrIO:          {"NFS3ERR_IO", syscall.EIO},
-	ErrNXIO:        {"NFS3ERR_NXIO", syscall.ENXIO},
-	ErrAcces:       {"NFS3ERR_ACCES", syscall.EACCES},
-	ErrExist:       {"NFS3ERR_EXIST", syscall.EEXIST},
-	ErrXDev:        {"NFS3ERR_XDEV", syscall.EXDEV},
-	ErrNoDev:       {"NFS3ERR_NODEV", syscall.ENODEV},
-	ErrNotDir:      {"NFS3ERR_NOTDIR", syscall.ENOTDIR},
-	ErrIsDir:       {"NFS3ERR_ISDIR", syscall.EISDIR},
-	ErrInval:       {"NFS3ERR_INVAL", syscall.EINVAL},
-	ErrFBig:        {"NFS3ERR_FBIG", syscall.EFBIG},
-	ErrNoSpc:       {"NFS3ERR_NOSPC", syscall.ENOSPC},
-	ErrROFS:        {"NFS3ERR_ROFS", syscall.EROFS},
-	ErrMLink:       {"NFS3ERR_MLINK", syscall.EMLINK},
-	ErrNameTooLong: {"NFS3ERR_NAMETOOLONG", syscall.ENAMETOOLONG},
-	ErrNotEmpty:    {"NFS3ERR_NOTEMPTY", syscall.ENOTEMPTY},
-	ErrDQuot:       {"NFS3ERR_DQUOT", syscall.EDQUOT},
-	ErrStale:       {"NFS3ERR_STALE", syscall.ESTALE},
-	ErrRemote:      {"NFS3ERR_REMOTE", syscall.EREMOTE},
-	// The codes below have no user-space errno; Linux maps them to
-	// kernel-internal values, so the nearest public meaning is used.
-	ErrBadHandle:   {"NFS3ERR_BADHANDLE", syscall.ESTALE},
-	ErrNotSync:     {"NFS3ERR_NOT_SYNC", syscall.EIO},
-	ErrBadCookie:   {"NFS3ERR_BAD_COOKIE", syscall.EINVAL},
-	ErrNotSupp:     {"NFS3ERR_NOTSUPP", syscall.ENOTSUP},
-	ErrTooSmall:    {"NFS3ERR_TOOSMALL", syscall.EINVAL},
-	ErrServerFault: {"NFS3ERR_SERVERFAULT", syscall.EIO},
-	ErrBadType:     {"NFS3ERR_BADTYPE", syscall.EINVAL},
-	ErrJukebox:     {"NFS3ERR_JUKEBOX", syscall.EAGAIN},
+	StatusOK:       {"NFS3_OK", 0, 0},
+	ErrPerm:        {"NFS3ERR_PERM", syscall.EPERM, syscall.EPERM},
+	ErrNoEnt:       {"NFS3ERR_NOENT", syscall.ENOENT, syscall.ENOENT},
+	ErrIO:          {"NFS3ERR_IO", syscall.EIO, syscall.EIO},
+	ErrNXIO:        {"NFS3ERR_NXIO", syscall.ENXIO, syscall.ENXIO},
+	ErrAcces:       {"NFS3ERR_ACCES", syscall.EACCES, syscall.EACCES},
+	ErrExist:       {"NFS3ERR_EXIST", syscall.EEXIST, syscall.EEXIST},
+	ErrXDev:        {"NFS3ERR_XDEV", syscall.EXDEV, syscall.EXDEV},
+	ErrNoDev:       {"NFS3ERR_NODEV", syscall.ENODEV, syscall.ENODEV},
+	ErrNotDir:      {"NFS3ERR_NOTDIR", syscall.ENOTDIR, syscall.ENOTDIR},
+	ErrIsDir:       {"NFS3ERR_ISDIR", syscall.EISDIR, syscall.EISDIR},
+	ErrInval:       {"NFS3ERR_INVAL", syscall.EINVAL, syscall.EINVAL},
+	ErrFBig:        {"NFS3ERR_FBIG", syscall.EFBIG, syscall.EFBIG},
+	ErrNoSpc:       {"NFS3ERR_NOSPC", syscall.ENOSPC, syscall.ENOSPC},
+	ErrROFS:        {"NFS3ERR_ROFS", syscall.EROFS, syscall.EROFS},
+	ErrMLink:       {"NFS3ERR_MLINK", syscall.EMLINK, syscall.EMLINK},
+	ErrNameTooLong: {"NFS3ERR_NAMETOOLONG", syscall.ENAMETOOLONG, syscall.ENAMETOOLONG},
+	ErrNotEmpty:    {"NFS3ERR_NOTEMPTY", syscall.ENOTEMPTY, syscall.ENOTEMPTY},
+	ErrDQuot:       {"NFS3ERR_DQUOT", syscall.EDQUOT, syscall.EDQUOT},
+	ErrStale:       {"NFS3ERR_STALE", syscall.ESTALE, syscall.ESTALE},
+	ErrRemote:      {"NFS3ERR_REMOTE", syscall.EREMOTE, syscall.EREMOTE},
+	ErrBadHandle:   {"NFS3ERR_BADHANDLE", syscall.ESTALE, EBADHANDLE},
+	ErrNotSync:     {"NFS3ERR_NOT_SYNC", syscall.EIO, ENOTSYNC},
+	ErrBadCookie:   {"NFS3ERR_BAD_COOKIE", syscall.EINVAL, EBADCOOKIE},
+	ErrNotSupp:     {"NFS3ERR_NOTSUPP", syscall.EOPNOTSUPP, ENOTSUPP},
+	ErrTooSmall:    {"NFS3ERR_TOOSMALL", syscall.EINVAL, ETOOSMALL},
+	ErrServerFault: {"NFS3ERR_SERVERFAULT", syscall.EREMOTEIO, syscall.EREMOTEIO},
+	ErrBadType:     {"NFS3ERR_BADTYPE", syscall.EINVAL, EBADTYPE},
+	ErrJukebox:     {"NFS3ERR_JUKEBOX", syscall.EAGAIN, EJUKEBOX},
 }
 
 func (s Status) Error() string {
@@ -88,11 +103,25 @@ func (s Status) Error() string {
 	return fmt.Sprintf("nfsstat3(%d)", uint32(s))
 }
 
-// Errno returns the syscall errno s corresponds to (syscall.EIO for codes
-// unknown to RFC 1813, 0 for StatusOK).
+// Errno returns the errno a process sees for s, as through a kernel NFS
+// mount: the Linux client's mapping (nfs_stat_to_errno), with its
+// kernel-internal values replaced by POSIX ones (BADHANDLE is ESTALE, NOTSUPP
+// EOPNOTSUPP, SERVERFAULT EREMOTEIO, JUKEBOX EAGAIN, NOT_SYNC EIO,
+// BAD_COOKIE, TOOSMALL and BADTYPE EINVAL). Codes unknown to RFC 1813 give
+// syscall.EIO, StatusOK 0.
 func (s Status) Errno() syscall.Errno {
 	if i, ok := statusInfo[s]; ok {
 		return i.errno
+	}
+	return syscall.EIO
+}
+
+// KernelErrno returns the errno the Linux NFS client itself uses for s
+// (nfs_stat_to_errno): EBADHANDLE, ENOTSYNC, EBADCOOKIE, ENOTSUPP, ETOOSMALL,
+// EBADTYPE and EJUKEBOX for the NFSv3-only codes, Errno's value otherwise.
+func (s Status) KernelErrno() syscall.Errno {
+	if i, ok := statusInfo[s]; ok {
+		return i.kernel
 	}
 	return syscall.EIO
 }
@@ -105,8 +134,11 @@ func (s Status) Unwrap() error {
 	return s.Errno()
 }
 
-// Is maps s onto the io/fs sentinels: NOENT is fs.ErrNotExist, EXIST and
-// NOTEMPTY fs.ErrExist (as for os errors), PERM and ACCES fs.ErrPermission.
+// Is maps s onto the io/fs sentinels (NOENT is fs.ErrNotExist; EXIST and
+// NOTEMPTY fs.ErrExist, PERM and ACCES fs.ErrPermission, NOTSUPP
+// errors.ErrUnsupported, as for os errors) and onto the kernel-internal errno (KernelErrno), so that
+// errors.Is(err, nfs3.EBADHANDLE) holds as well as errors.Is(err,
+// syscall.ESTALE).
 func (s Status) Is(target error) bool {
 	switch target {
 	case fs.ErrNotExist:
@@ -115,6 +147,9 @@ func (s Status) Is(target error) bool {
 		return s == ErrExist || s == ErrNotEmpty
 	case fs.ErrPermission:
 		return s == ErrPerm || s == ErrAcces
+	}
+	if e, ok := target.(syscall.Errno); ok && s != StatusOK {
+		return e == s.KernelErrno()
 	}
 	return false
 }

@@ -31,6 +31,12 @@ type MountOptions struct {
 	// ProcessCred (AUTH_SYS with the process's ids, as the Linux client
 	// sends). &sunrpc.AuthNone sends AUTH_NONE.
 	Cred *sunrpc.OpaqueAuth
+	// NoResvPort connects MOUNT, the port mapper and NFS over TCP from an
+	// ordinary source port (nfs(5) "noresvport"). By default, as the Linux
+	// client's "resvport", a process that may bind ports below 1024 (root)
+	// uses one, which exports with "secure" (the exports(5) default) and
+	// rpc.mountd require; other processes use an ordinary port.
+	NoResvPort bool
 	// Client configures the NFS client; its Cred is replaced by Cred.
 	Client ClientOptions
 	// MaxDirty bounds the bytes of small writes each File keeps uncommitted
@@ -99,6 +105,7 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (*Targe
 	}
 	if o.Cred != nil {
 		o.Client.Cred = *o.Cred
+		o.Client.AuthNone = o.Cred.Flavor == sunrpc.AuthFlavorNone && len(o.Cred.Body) == 0
 	} else {
 		cred, err := ProcessCred()
 		if err != nil {
@@ -112,6 +119,9 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (*Targe
 	}
 	if tcp.Logger == nil {
 		tcp.Logger = o.Client.Logger
+	}
+	if o.NoResvPort {
+		tcp.NoResvPort = true
 	}
 	o.TCP = &tcp
 	mc, err := DialMount(ctx, host, o.MountPort, o.Client.Cred, o.TCP)
@@ -203,11 +213,29 @@ func components(p string) []string {
 	return strings.Split(p[1:], "/")
 }
 
+// checkNames fails with ErrNameTooLong, before any call, when a component of
+// cs is longer than NFSv3's 255 bytes: the Linux client caps a server's
+// name_max (PATHCONF) at that, so over-long names fail the same way on every
+// server; names a server with a smaller name_max refuses come back as its
+// NFS3ERR_NAMETOOLONG.
+func checkNames(cs []string) error {
+	for _, c := range cs {
+		if len(c) > MaxNameLen {
+			return ErrNameTooLong
+		}
+	}
+	return nil
+}
+
 // walk resolves p to a handle (and its attributes, when the server sent them).
 func (t *Target) walk(ctx context.Context, p string) (FileHandle, *Attr, error) {
 	fh := t.root
 	var attr *Attr
-	for _, name := range components(p) {
+	cs := components(p)
+	if err := checkNames(cs); err != nil {
+		return nil, nil, err
+	}
+	for _, name := range cs {
 		r, err := t.c.Lookup(ctx, fh, name)
 		if err != nil {
 			return nil, nil, err
@@ -222,6 +250,9 @@ func (t *Target) walkParent(ctx context.Context, p string) (FileHandle, string, 
 	cs := components(p)
 	if len(cs) == 0 {
 		return nil, "", ErrInval // the root has no parent in the export
+	}
+	if err := checkNames(cs); err != nil {
+		return nil, "", err
 	}
 	dir := t.root
 	for _, name := range cs[:len(cs)-1] {
@@ -248,6 +279,12 @@ func (fi *FileInfo) Mode() fs.FileMode  { return fi.Attr.FileMode() }
 func (fi *FileInfo) ModTime() time.Time { return fi.Attr.Mtime.Time() }
 func (fi *FileInfo) IsDir() bool        { return fi.Attr.Type == TypeDir }
 func (fi *FileInfo) Sys() any           { return &fi.Attr }
+
+// Type returns the type bits of Mode, for fs.DirEntry.
+func (fi *FileInfo) Type() fs.FileMode { return fi.Mode().Type() }
+
+// Info returns fi itself, for fs.DirEntry (ReadDir's entries are *FileInfo).
+func (fi *FileInfo) Info() (fs.FileInfo, error) { return fi, nil }
 
 func baseName(p string) string {
 	cs := components(p)
@@ -297,6 +334,11 @@ func (t *Target) ReadDirPlus(ctx context.Context, dir string) ([]*FileInfo, erro
 	if err != nil {
 		return nil, pathErr("readdir", dir, err)
 	}
+	return t.readDir(ctx, fh, dir)
+}
+
+// readDir lists directory fh (at path dir) as ReadDirPlus does.
+func (t *Target) readDir(ctx context.Context, fh FileHandle, dir string) ([]*FileInfo, error) {
 	ents, err := t.c.ReadDirPlusAll(ctx, fh)
 	if err != nil {
 		return nil, pathErr("readdir", dir, err)
@@ -530,38 +572,4 @@ func (t *Target) FSInfo(ctx context.Context) (FSInfo, error) {
 func (t *Target) FSStat(ctx context.Context) (FSStat, error) {
 	r, err := t.c.Fsstat(ctx, t.root)
 	return r, pathErr("fsstat", "/", err)
-}
-
-// Open opens existing file p.
-func (t *Target) Open(ctx context.Context, p string) (*File, error) {
-	fh, _, err := t.walk(ctx, p)
-	if err != nil {
-		return nil, pathErr("open", p, err)
-	}
-	return t.newFile(p, fh), nil
-}
-
-// OpenFile opens file p for reading and writing, creating it with permissions
-// perm if it does not exist (as go-nfs-client's OpenFile does). It does not
-// truncate.
-func (t *Target) OpenFile(ctx context.Context, p string, perm fs.FileMode) (*File, error) {
-	fh, _, err := t.walk(ctx, p)
-	if errors.Is(err, fs.ErrNotExist) {
-		fh, err = t.Create(ctx, p, perm)
-		if errors.Is(err, fs.ErrExist) { // lost a race with another creator
-			fh, _, err = t.walk(ctx, p)
-		}
-	}
-	if err != nil {
-		return nil, pathErr("open", p, unwrapPathErr(err))
-	}
-	return t.newFile(p, fh), nil
-}
-
-func unwrapPathErr(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -73,7 +74,7 @@ func TestPipelinedLargeFile(t *testing.T) {
 	rand.Read(data)
 	want := sha256.Sum256(data)
 
-	f, err := tgt.OpenFile(ctx, "big.bin", 0o644)
+	f, err := tgt.OpenFileContext(ctx, "big.bin", os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func TestPipelinedLargeFile(t *testing.T) {
 		t.Fatalf("size on the server: %d %v", a.Size, err)
 	}
 
-	f, err = tgt.Open(ctx, "big.bin")
+	f, err = tgt.OpenContext(ctx, "big.bin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestSmallWrites(t *testing.T) {
 	s := startGoNFS(t)
 	tgt := s.mount(t, &MountOptions{Client: ClientOptions{Wsize: 8 << 10}, MaxDirty: 64 << 10})
 	ctx := testCtx(t)
-	f, err := tgt.OpenFile(ctx, "/small", 0o600)
+	f, err := tgt.OpenFileContext(ctx, "/small", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestSmallWrites(t *testing.T) {
 	if _, err := f.Write([]byte("x")); !errors.Is(err, fs.ErrClosed) {
 		t.Errorf("write after close: %v", err)
 	}
-	g, err := tgt.Open(ctx, "small")
+	g, err := tgt.OpenContext(ctx, "small")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,108 +267,5 @@ func TestDirectoryPaging(t *testing.T) {
 		if seen++; seen == 5 {
 			break
 		}
-	}
-}
-
-func TestPathAPI(t *testing.T) {
-	s := startGoNFS(t)
-	tgt := s.mount(t, nil)
-	ctx := testCtx(t)
-
-	if _, err := tgt.Mkdir(ctx, "/a", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tgt.Mkdir(ctx, "/a/b", 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tgt.Mkdir(ctx, "a", 0o755); !errors.Is(err, fs.ErrExist) {
-		t.Errorf("mkdir existing: %v", err)
-	}
-	if _, err := tgt.Create(ctx, "/a/b/f", 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tgt.Create(ctx, "/a/b/f", 0o640); !errors.Is(err, fs.ErrExist) {
-		t.Errorf("create existing: %v", err)
-	}
-	fi, fh, err := tgt.Lookup(ctx, "/a/b/f")
-	if err != nil || fh == nil || fi.Name() != "f" || fi.Mode() != 0o640 || fi.IsDir() {
-		t.Fatalf("lookup: %+v %v", fi, err)
-	}
-	di, _, err := tgt.Lookup(ctx, "a/b/")
-	if err != nil || !di.IsDir() || di.Mode()&fs.ModePerm != 0o700 || !di.Mode().IsDir() {
-		t.Fatalf("lookup dir: %+v %v", di, err)
-	}
-
-	var pe *fs.PathError
-	_, _, err = tgt.Lookup(ctx, "/a/missing/x")
-	if !errors.Is(err, fs.ErrNotExist) || !errors.As(err, &pe) || pe.Path != "/a/missing/x" {
-		t.Errorf("lookup missing: %v", err)
-	}
-	if _, _, err := tgt.Lookup(ctx, "/a/b/f/x"); err == nil {
-		t.Error("lookup through a file succeeded")
-	}
-
-	if err := tgt.Setattr(ctx, "/a/b/f", SetAttr{Mode: new(uint32(0o600))}); err != nil {
-		t.Fatal(err)
-	}
-	if a, err := tgt.Getattr(ctx, "/a/b/f"); err != nil || a.Mode&0o777 != 0o600 {
-		t.Errorf("getattr after setattr: %o %v", a.Mode, err)
-	}
-
-	if err := tgt.Symlink(ctx, "b/f", "/a/link"); err != nil {
-		t.Fatal(err)
-	}
-	if target, err := tgt.Readlink(ctx, "/a/link"); err != nil || target != "b/f" {
-		t.Errorf("readlink: %q %v", target, err)
-	}
-	if fi, _, err := tgt.Lookup(ctx, "/a/link"); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-		t.Errorf("symlink mode: %v %v", fi, err)
-	}
-
-	if err := tgt.Rename(ctx, "/a/b/f", "/a/g"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := tgt.Lookup(ctx, "/a/g"); err != nil {
-		t.Error(err)
-	}
-	if err := tgt.RmDir(ctx, "/a/b"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tgt.Remove(ctx, "/a/g"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tgt.Remove(ctx, "/a/g"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("remove missing: %v", err)
-	}
-	if _, err := tgt.Open(ctx, "/nope"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("open missing: %v", err)
-	}
-
-	// RemoveAll over a small tree, and of something missing.
-	for _, d := range []string{"/t", "/t/x", "/t/x/y", "/t/z"} {
-		if _, err := tgt.Mkdir(ctx, d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range []string{"/t/f1", "/t/x/f2", "/t/x/y/f3"} {
-		if _, err := tgt.Create(ctx, p, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tgt.RemoveAll(ctx, "/t"); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := tgt.Lookup(ctx, "/t"); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("after RemoveAll: %v", err)
-	}
-	if err := tgt.RemoveAll(ctx, "/t"); err != nil {
-		t.Errorf("RemoveAll missing: %v", err)
-	}
-
-	if info, err := tgt.FSInfo(ctx); err != nil || info.WtMax == 0 {
-		t.Errorf("fsinfo: %+v %v", info, err)
-	}
-	if _, err := tgt.FSStat(ctx); err != nil {
-		t.Error(err)
 	}
 }

@@ -3,6 +3,7 @@ package nfs3
 import (
 	"fmt"
 	"io/fs"
+	"math"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
@@ -145,9 +146,46 @@ type Time struct{ Seconds, Nseconds uint32 }
 // Time returns t as a time.Time.
 func (t Time) Time() time.Time { return time.Unix(int64(t.Seconds), int64(t.Nseconds)) }
 
-// TimeOf returns tm as an nfstime3 (seconds truncated to 32 bits).
-func TimeOf(tm time.Time) Time {
-	return Time{Seconds: uint32(tm.Unix()), Nseconds: uint32(tm.Nanosecond())}
+// Range of nfstime3: unsigned 32-bit seconds since the Unix epoch.
+const (
+	MinTimeSeconds = 0
+	MaxTimeSeconds = math.MaxUint32 // 2106-02-07T06:28:15Z
+)
+
+// TimeOf returns tm as an nfstime3, clamped as the Linux client clamps a time
+// it sends in SETATTR (an NFSv3 superblock's range is 0 to 2^32-1 seconds, and
+// the VFS clamps timestamps to it): a time before 1970 becomes 1970-01-01
+// 00:00:00, a time after 2106-02-07 06:28:15 becomes that instant, and a
+// clamped time loses its nanoseconds. A time is never wrapped modulo 2^32.
+func TimeOf(tm time.Time) Time { return TimeOfUnix(tm.Unix(), int64(tm.Nanosecond())) }
+
+// TimeOfUnix is TimeOf for sec seconds and nsec nanoseconds since the epoch
+// (nsec normalised into [0, 1e9) first).
+func TimeOfUnix(sec, nsec int64) Time {
+	if nsec < 0 || nsec >= 1e9 {
+		q := nsec / 1e9
+		nsec -= q * 1e9
+		if nsec < 0 {
+			q--
+			nsec += 1e9
+		}
+		if (q > 0 && sec > math.MaxInt64-q) || (q < 0 && sec < math.MinInt64-q) {
+			if q > 0 {
+				sec = math.MaxInt64
+			} else {
+				sec = math.MinInt64
+			}
+		} else {
+			sec += q
+		}
+	}
+	switch {
+	case sec <= MinTimeSeconds:
+		return Time{Seconds: MinTimeSeconds}
+	case sec >= MaxTimeSeconds:
+		return Time{Seconds: MaxTimeSeconds}
+	}
+	return Time{Seconds: uint32(sec), Nseconds: uint32(nsec)}
 }
 
 func appendTime(b []byte, t Time) []byte {

@@ -2,8 +2,9 @@
 // encoding (RFC 4506), call and reply messages with typed errors for every
 // rejection and accept status, AUTH_NONE and AUTH_SYS credentials, XID
 // allocation, the Transport interface the RDMA transport implements, a TCP
-// transport with record marking (RFC 5531 §11), and the port mapper's GETPORT
-// (RFC 1833).
+// transport with record marking (RFC 5531 §11) that connects from a reserved
+// source port (below 1024) when the process may bind one, as the Linux
+// client's "resvport" does, and the port mapper's GETPORT (RFC 1833).
 //
 // A call message is handed to a Transport as a Request in three parts, Head,
 // Bulk and Tail, so that a DDP-eligible argument (RFC 8267 §3: WRITE data, a

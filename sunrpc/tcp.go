@@ -47,8 +47,15 @@ type TCPOptions struct {
 	// MaxFragmentSize splits sent records into fragments of at most this many
 	// bytes; zero sends each record as one fragment.
 	MaxFragmentSize int
-	// Dial opens connections; nil uses a net.Dialer.
+	// Dial opens connections; nil dials from a reserved source port
+	// (DialResvPort: below 1024, as the Linux client's default "resvport",
+	// when the process may bind one; an ordinary port otherwise), reusing the
+	// previous connection's port first when reconnecting, so that the
+	// server's duplicate request cache recognises retransmissions.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// NoResvPort dials from an ordinary port (nfs(5) "noresvport") when
+	// Dial is nil.
+	NoResvPort bool
 	// ReconnectDelay is the first pause before redialling after a lost
 	// connection or a failed dial; it doubles up to MaxReconnectDelay and resets
 	// when a reply arrives.
@@ -93,6 +100,8 @@ type TCPTransport struct {
 	pending map[uint32]*tcpCall // calls awaiting a reply, by XID
 	closed  bool
 	wg      sync.WaitGroup // reader goroutines
+
+	lastPort atomic.Int32 // local port of the last connection (reserved-port dials)
 
 	stats struct {
 		connects, losses, retransmits, unmatched, malformed atomic.Uint64
@@ -139,8 +148,18 @@ func newTCPTransport(addr string, opts *TCPOptions) *TCPTransport {
 		t.opts.MaxReconnectDelay = DefaultMaxReconnectDelay
 	}
 	if t.opts.Dial == nil {
-		var d net.Dialer
-		t.opts.Dial = d.DialContext
+		if t.opts.NoResvPort {
+			var d net.Dialer
+			t.opts.Dial = d.DialContext
+		} else {
+			t.opts.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := DialResvPort(ctx, network, addr, int(t.lastPort.Load()))
+				if err == nil {
+					t.lastPort.Store(int32(localPort(c)))
+				}
+				return c, err
+			}
+		}
 	}
 	t.log = t.opts.Logger
 	if t.log == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -305,5 +306,83 @@ func TestAsyncDeviceEventsResetTheConnection(t *testing.T) {
 				t.Fatalf("no reconnect: %s", c)
 			}
 		})
+	}
+}
+
+// A retransmission of a call without windows (same XID, after the caller's
+// try timed out) goes on a new connection, never beside its first attempt
+// (RFC 8166 §4.5), and leaves no credit behind.
+func TestCallRetransmissionOnNewConnection(t *testing.T) {
+	var armed atomic.Bool
+	s := newStack(t, stackOpts{server: xprttest.Config{Misbehave: xprttest.Misbehavior{
+		Select: func(ci xprttest.CallInfo) bool { return ci.Proc == 1 && armed.Swap(false) }, Delay: 300 * time.Millisecond}}})
+	fh, _ := s.file("f", 10)
+	c, err := nfs3.NewClient(s.tr, &nfs3.ClientOptions{Retry: sunrpc.RetryPolicy{Timeout: 100 * time.Millisecond, Retrans: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	if _, err := c.Getattr(s.ctx(10*time.Second), fh); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.srv.Stats(); st.Connections != 2 {
+		t.Fatalf("the retransmission went on connection %d of the server's %d, want a new one", st.Connections, st.Connections)
+	}
+	if ctr := s.tr.Counters(); ctr.RetransmitResets != 1 {
+		t.Fatalf("want one reset for the retransmission: %s", ctr)
+	}
+	waitFor(t, "no credit outstanding", func() bool {
+		s.tr.mu.Lock()
+		cn := s.tr.cn
+		s.tr.mu.Unlock()
+		if cn == nil {
+			return false
+		}
+		cn.mu.Lock()
+		defer cn.mu.Unlock()
+		return cn.credits.Outstanding() == 0
+	})
+}
+
+// A small READ whose reply comes inline, given up before the reply: the
+// late reply is discarded, never copied into the caller's buffer.
+func TestCallGiveUpInlineReadNoLateCopy(t *testing.T) {
+	var armed atomic.Bool
+	s := newStack(t, stackOpts{server: xprttest.Config{Misbehave: xprttest.Misbehavior{
+		Select: func(ci xprttest.CallInfo) bool { return isRead(ci) && armed.Swap(false) }, Delay: 200 * time.Millisecond}}})
+	fh, _ := s.file("f", 1024)
+	buf := make([]byte, 1024)
+	fill(buf, 0xee)
+	armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := s.c.Read(ctx, fh, 0, buf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("READ: %v", err)
+	}
+	waitFor(t, "the late reply to settle the abandoned READ", func() bool {
+		s.tr.mu.Lock()
+		defer s.tr.mu.Unlock()
+		return len(s.tr.calls) == 0
+	})
+	if !allBytes(buf, 0xee) {
+		t.Fatal("the late inline reply was copied into the caller's buffer")
+	}
+	if c := s.tr.Counters(); c.Abandoned != 1 {
+		t.Fatalf("the READ was not abandoned: %s", c)
+	}
+}
+
+// The counters' line names every counter once, from its field's tag.
+func TestCountersStringNamesEveryField(t *testing.T) {
+	var c Counters
+	c.Calls, c.AsyncEvents, c.PullUpBytes = 3, 5, 7
+	s := c.String()
+	for _, want := range []string{"calls 3 ", "pullup_bytes 7", "async_events 5"} {
+		if !strings.Contains(s+" ", want) {
+			t.Fatalf("%q lacks %q", s, want)
+		}
+	}
+	if strings.Contains(s, "  ") || strings.HasPrefix(s, " ") || strings.Contains(s, " 0 0") {
+		t.Fatalf("a counter without a name: %q", s)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/verbs"
 )
 
-// sentinelID marks the drain sentinels (DESIGN.md rule 5). Ring wrids never
+// sentinelID marks the drain sentinels (rule 5 of the package doc). Ring wrids never
 // reach it.
 const sentinelID = 1 << 63
 
@@ -339,7 +339,7 @@ func (c *conn) watchAsync(events <-chan verbs.AsyncEvent, qpNum uint32) {
 
 // drain moves the QP to error and waits for the flush completions of a
 // receive sentinel and then a send sentinel: after them the device has
-// finished with every WR posted before (DESIGN.md rule 5).
+// finished with every WR posted before (rule 5 of the package doc).
 func (c *conn) drain() error {
 	if c.qp == nil {
 		return nil

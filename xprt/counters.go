@@ -2,6 +2,8 @@ package xprt
 
 import (
 	"fmt"
+	"reflect"
+	"strings"
 	"sync/atomic"
 )
 
@@ -9,61 +11,61 @@ import (
 // client's xprt line in /proc/self/mountstats: operators see what the
 // transport does, and the unusual paths are counted.
 type Counters struct {
-	Calls                uint64 // RPCs started
-	Sends                uint64 // SEND WRs posted (retransmissions included)
-	SignaledSends        uint64 // SEND WRs posted signaled (selective signaling: about one per half send queue)
-	Receives             uint64 // receive completions
-	BadXIDs              uint64 // replies matching no outstanding call
-	MalformedReplies     uint64 // transport headers that did not decode or did not match the call
-	ReadChunks           uint64 // calls that carried a Read chunk
-	PositionZero         uint64 // calls sent whole in a position-zero Read chunk (RDMA_NOMSG)
-	WriteChunks          uint64 // calls that offered a Write chunk
-	ReplyChunks          uint64 // calls that offered a Reply chunk
-	PullUpBytes          uint64 // bytes copied into send buffers (inline pull-up)
-	PullUps              uint64 // inline pull-up copies
-	Binds                uint64 // memory-window binds
-	LocalInvalidations   uint64 // LOCAL_INV WRs posted
-	RemoteInvalidations  uint64 // windows invalidated by the server (Send With Invalidate)
-	CongestionWaits      uint64 // calls that waited for send-queue room
-	CreditWaits          uint64 // calls that waited for a credit
-	ReplyBeforeSend      uint64 // replies that arrived before their send completion
-	Reconnects           uint64 // connections made after the first
-	Retransmits          uint64 // calls sent again on a new connection
-	Timeouts             uint64 // connection resets caused by a call's timeout
-	RDMAErrors           uint64 // RDMA_ERROR replies
-	ErrorCompletions     uint64 // work completions with an error status (flushes excluded)
-	Disconnects          uint64 // connections lost or reset
-	Credits              uint64 // the server's current grant (a gauge)
-	MaxOutstanding       uint64 // the most calls outstanding at once
-	WindowsReplaced      uint64 // windows destroyed after an error (state unknown)
-	Registrations        uint64 // per-I/O registrations (fallback mode)
-	ZeroCopyReads        uint64 // READ results placed straight into a borrowed buffer
-	ZeroCopyWrites       uint64 // WRITE data read by the server straight from a borrowed buffer
-	BusyPolls            uint64 // spins on the receive CQ (Config.BusyPoll)
-	BusyPollHits         uint64 // spins that found a completion
-	Abandoned            uint64 // posted calls without windows whose callers gave up (the reply is discarded)
-	AbandonResets        uint64 // connections reset because a caller gave up on a call with windows exposed
-	RetransmitResets     uint64 // connections reset to retransmit an abandoned call's xid on a new one
-	BudgetWaits          uint64 // calls that waited for I/O buffers or windows
-	PostFailures         uint64 // ibv_post_send failures (each resets the connection)
-	ForeignInvalidations uint64 // replies whose Send With Invalidate named an rkey not of their call
-	DeviceRemovals       uint64 // RDMA CM DEVICE_REMOVAL events
-	RefusedTransitions   uint64 // call-state transitions refused (bugs; logged)
-	AsyncEvents          uint64 // asynchronous device events seen
+	Calls                uint64 `counter:"calls"`                 // RPCs started
+	Sends                uint64 `counter:"sends"`                 // SEND WRs posted (retransmissions included)
+	SignaledSends        uint64 `counter:"signaled"`              // SEND WRs posted signaled (selective signaling: about one per half send queue)
+	Receives             uint64 `counter:"recvs"`                 // receive completions
+	BadXIDs              uint64 `counter:"bad_xid"`               // replies matching no outstanding call
+	MalformedReplies     uint64 `counter:"malformed"`             // transport headers that did not decode or did not match the call
+	ReadChunks           uint64 `counter:"read_chunks"`           // calls that carried a Read chunk
+	PositionZero         uint64 `counter:"pos0"`                  // calls sent whole in a position-zero Read chunk (RDMA_NOMSG)
+	WriteChunks          uint64 `counter:"write_chunks"`          // calls that offered a Write chunk
+	ReplyChunks          uint64 `counter:"reply_chunks"`          // calls that offered a Reply chunk
+	PullUpBytes          uint64 `counter:"pullup_bytes"`          // bytes copied into send buffers (inline pull-up)
+	PullUps              uint64 `counter:"pullups"`               // inline pull-up copies
+	Binds                uint64 `counter:"binds"`                 // memory-window binds
+	LocalInvalidations   uint64 `counter:"local_inv"`             // LOCAL_INV WRs posted
+	RemoteInvalidations  uint64 `counter:"remote_inv"`            // windows invalidated by the server (Send With Invalidate)
+	CongestionWaits      uint64 `counter:"congestion_waits"`      // calls that waited for send-queue room
+	CreditWaits          uint64 `counter:"credit_waits"`          // calls that waited for a credit
+	ReplyBeforeSend      uint64 `counter:"reply_before_send"`     // replies that arrived before their send completion
+	Reconnects           uint64 `counter:"reconnects"`            // connections made after the first
+	Retransmits          uint64 `counter:"retransmits"`           // calls sent again on a new connection
+	Timeouts             uint64 `counter:"timeouts"`              // connection resets caused by a call's timeout
+	RDMAErrors           uint64 `counter:"rdma_errors"`           // RDMA_ERROR replies
+	ErrorCompletions     uint64 `counter:"error_completions"`     // work completions with an error status (flushes excluded)
+	Disconnects          uint64 `counter:"disconnects"`           // connections lost or reset
+	Credits              uint64 `counter:"credits"`               // the server's current grant (a gauge)
+	MaxOutstanding       uint64 `counter:"max_outstanding"`       // the most calls outstanding at once
+	WindowsReplaced      uint64 `counter:"windows_replaced"`      // windows destroyed after an error (state unknown)
+	Registrations        uint64 `counter:"registrations"`         // per-I/O registrations (fallback mode)
+	ZeroCopyReads        uint64 `counter:"zero_copy_reads"`       // READ results placed straight into a borrowed buffer
+	ZeroCopyWrites       uint64 `counter:"zero_copy_writes"`      // WRITE data read by the server straight from a borrowed buffer
+	BusyPolls            uint64 `counter:"busy_polls"`            // spins on the receive CQ (Config.BusyPoll)
+	BusyPollHits         uint64 `counter:"busy_poll_hits"`        // spins that found a completion
+	Abandoned            uint64 `counter:"abandoned"`             // posted calls without windows whose callers gave up (the reply is discarded)
+	AbandonResets        uint64 `counter:"abandon_resets"`        // connections reset because a caller gave up on a call with windows exposed
+	RetransmitResets     uint64 `counter:"retransmit_resets"`     // connections reset to retransmit an abandoned call's xid on a new one
+	BudgetWaits          uint64 `counter:"budget_waits"`          // calls that waited for I/O buffers or windows
+	PostFailures         uint64 `counter:"post_failures"`         // ibv_post_send failures (each resets the connection)
+	ForeignInvalidations uint64 `counter:"foreign_invalidations"` // replies whose Send With Invalidate named an rkey not of their call
+	DeviceRemovals       uint64 `counter:"device_removals"`       // RDMA CM DEVICE_REMOVAL events
+	RefusedTransitions   uint64 `counter:"refused_transitions"`   // call-state transitions refused (bugs; logged)
+	AsyncEvents          uint64 `counter:"async_events"`          // asynchronous device events seen
 }
 
-// String formats the counters as one line.
+// String formats the counters as one line of "name value" pairs, the
+// names from the fields' counter tags.
 func (c Counters) String() string {
-	return fmt.Sprintf("calls %d sends %d signaled %d recvs %d bad_xid %d malformed %d read_chunks %d pos0 %d write_chunks %d reply_chunks %d "+
-		"pullups %d (%d bytes) binds %d local_inv %d remote_inv %d congestion_waits %d credit_waits %d reply_before_send %d "+
-		"reconnects %d retransmits %d timeouts %d rdma_errors %d error_completions %d disconnects %d credits %d max_outstanding %d "+
-		"windows_replaced %d registrations %d zero_copy_reads %d zero_copy_writes %d busy_polls %d busy_poll_hits %d "+
-		"abandoned %d abandon_resets %d retransmit_resets %d budget_waits %d post_failures %d foreign_invalidations %d device_removals %d refused_transitions %d async_events %d",
-		c.Calls, c.Sends, c.SignaledSends, c.Receives, c.BadXIDs, c.MalformedReplies, c.ReadChunks, c.PositionZero, c.WriteChunks, c.ReplyChunks,
-		c.PullUps, c.PullUpBytes, c.Binds, c.LocalInvalidations, c.RemoteInvalidations, c.CongestionWaits, c.CreditWaits, c.ReplyBeforeSend,
-		c.Reconnects, c.Retransmits, c.Timeouts, c.RDMAErrors, c.ErrorCompletions, c.Disconnects, c.Credits, c.MaxOutstanding,
-		c.WindowsReplaced, c.Registrations, c.ZeroCopyReads, c.ZeroCopyWrites, c.BusyPolls, c.BusyPollHits,
-		c.Abandoned, c.AbandonResets, c.RetransmitResets, c.BudgetWaits, c.PostFailures, c.ForeignInvalidations, c.DeviceRemovals, c.RefusedTransitions, c.AsyncEvents)
+	var b strings.Builder
+	v := reflect.ValueOf(c)
+	for i, f := range reflect.VisibleFields(v.Type()) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s %d", f.Tag.Get("counter"), v.Field(i).Uint())
+	}
+	return b.String()
 }
 
 type counters struct {

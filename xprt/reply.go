@@ -129,12 +129,8 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 		c.recvFree = append(c.recvFree, idx)
 		c.mu.Unlock()
 	}()
-	if wc.Status != verbs.StatusSuccess {
-		if wc.Status == verbs.StatusWRFlushErr {
-			return received{}, nil
-		}
-		t.ctr.errorCompletions.Add(1)
-		return received{}, &verbs.CompletionError{Completion: wc}
+	if err := c.completionError(wc); err != nil {
+		return received{}, err
 	}
 	t.ctr.receives.Add(1)
 	if idx < 0 || idx >= len(c.recvBufs) {
@@ -201,6 +197,21 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	}
 	t.mu.Unlock()
 	return received{cl: cl, flags: wc.Flags, rkey: wc.InvalidatedRKey}, nil
+}
+
+// completionError is rule 6's test of a work completion: any status but
+// success ends the connection (connLost is idempotent, so the flushes of a
+// teardown already under way cost nothing). A flush the transport did not
+// ask for means the QP went to error on its own: as much a loss as the
+// error completion that caused it. Flushes are not counted as errors.
+func (c *conn) completionError(wc verbs.Completion) error {
+	if wc.Status == verbs.StatusSuccess {
+		return nil
+	}
+	if wc.Status != verbs.StatusWRFlushErr {
+		c.t.ctr.errorCompletions.Add(1)
+	}
+	return &verbs.CompletionError{Completion: wc}
 }
 
 // settle is steps 4 to 7 for one matched reply.

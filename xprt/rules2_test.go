@@ -1,6 +1,6 @@
 package xprt
 
-// More rule tests (DESIGN.md rules 3, 6, 8, 9): what happens to a call
+// More rule tests (rules 3, 6, 8 and 9 of the package doc): what happens to a call
 // whose caller gives up, and to replies that invalidate what they must
 // not. On the simulated fabric, with the conformance suite's handler.
 

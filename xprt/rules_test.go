@@ -1,6 +1,6 @@
 package xprt
 
-// One test per rule of DESIGN.md ("Rules the transport must keep"), on the
+// One test per rule of the package doc ("The rules the code keeps"), on the
 // simulated fabric against xprttest: go test -run '^TestRule' ./...
 
 import (
@@ -268,6 +268,7 @@ func TestRuleDrainWithSentinel(t *testing.T) {
 		})
 	}()
 	waitFor(t, "READs in flight", func() bool { return s.srv.Stats().Calls >= 9 })
+	qp := s.clientQP()
 	if err := s.tr.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -286,12 +287,17 @@ func TestRuleDrainWithSentinel(t *testing.T) {
 	if a := s.fab.Anomalies(); a.QPClosedWithBoundWindows != 0 {
 		t.Fatalf("a QP was closed with windows bound: %+v", a)
 	}
+	if qp.ClosedUndrained() {
+		t.Fatal("the client's QP was closed with work requests not flushed or completions not reaped: no drain")
+	}
 }
 
 // Rule 6: an error completion disconnects once; windows of unknown state
 // are destroyed; calls are retransmitted only on the new connection.
 func TestRuleErrorDisconnectsOnceRetransmitsOnNewConnection(t *testing.T) {
-	s := newStack(t, stackOpts{client: Config{Timeout: 5 * time.Second}})
+	// A call timeout far beyond the test's: the error completion, not a
+	// timeout, must end the connection.
+	s := newStack(t, stackOpts{client: Config{Timeout: 5 * time.Minute}})
 	fh, data := s.file("f", 64<<10)
 	ctx := s.ctx(30 * time.Second)
 	s.clientQP().FailSend(3, verbs.StatusGeneralErr)

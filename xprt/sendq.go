@@ -189,12 +189,9 @@ func (c *conn) sendLoop() {
 				close(c.sqDrained)
 				continue
 			}
-			if wc.Status != verbs.StatusSuccess {
-				if wc.Status != verbs.StatusWRFlushErr {
-					t.ctr.errorCompletions.Add(1)
-				}
+			if err := c.completionError(wc); err != nil {
 				if lost == nil {
-					lost = &verbs.CompletionError{Completion: wc}
+					lost = err
 				}
 				// Retired with the rest by the drain's Flush.
 				continue

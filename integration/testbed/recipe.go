@@ -6,7 +6,7 @@
 //
 // The host kernel of the machines this project runs on has no RDMA and no
 // NFS, and its KVM cannot run stock kernels, so every claim about real RDMA
-// is proven inside this guest (see ../shared/TESTBED.md).
+// is proven inside this guest (see the README's "The test bed" section).
 package testbed
 
 import (

@@ -692,7 +692,7 @@ type Quirks struct {
 }
 
 var quirkTable = map[string]Quirks{
-	// Soft-RoCE, measured on kernel 6.1 with rdma-core 44 (shared/TESTBED.md):
+	// Soft-RoCE, measured on kernel 6.1 with rdma-core 44 (the test bed's guest):
 	// it reports Send With Invalidate with the kernel's IB_WC_WITH_INVALIDATE
 	// bit (0x4, libibverbs' IBV_WC_IP_CSUM_OK) instead of IBV_WC_WITH_INV.
 	"rxe": {Driver: "rxe", WithInvFlags: C.IBV_WC_WITH_INV | C.IBV_WC_IP_CSUM_OK, WindowBoundsEnforced: false, DoubleLocalInvPanics: true,

@@ -25,10 +25,13 @@ type QP struct {
 	rnrRetry int  // from the peer's ConnParam, as the IB CM negotiates it
 	readOK   bool // the peer offered responder resources
 
-	sq     []*sendWQE // posted, not yet executed
-	rq     []*recvWQE // posted, not yet consumed
-	sqUsed int        // slots held until the retiring completion is polled
-	rqUsed int
+	sq []*sendWQE // posted, not yet executed
+	// undrained: the QP was closed with work requests posted and not
+	// flushed, or with completions not yet polled (see ClosedUndrained).
+	undrained bool
+	rq        []*recvWQE // posted, not yet consumed
+	sqUsed    int        // slots held until the retiring completion is polled
+	rqUsed    int
 
 	// Successful unsignaled WRs waiting for a completion to retire them.
 	unsignaled     int
@@ -361,6 +364,7 @@ func (q *QP) closeLocked(bool) error {
 		}
 	}
 	q.closed = true
+	q.undrained = len(q.sq) > 0 || len(q.rq) > 0 || len(q.pendingCQE) > 0
 	q.state = verbs.QPReset
 	q.sq, q.rq, q.pendingCQE, q.unsignaledBufs = nil, nil, nil, nil
 	for _, c := range []*CQ{q.scq, q.rcq} {
@@ -368,6 +372,8 @@ func (q *QP) closeLocked(bool) error {
 		for _, e := range c.q {
 			if e.qp != q {
 				kept = append(kept, e)
+			} else {
+				q.undrained = true
 			}
 		}
 		clear(c.q[len(kept):])
@@ -413,4 +419,14 @@ func sglLen(sgl []verbs.SGE) uint64 {
 		n += uint64(g.Length)
 	}
 	return n
+}
+
+// ClosedUndrained reports whether the QP was closed while work requests
+// were still posted (not executed or flushed) or their completions not yet
+// polled: closed without the drain that proves the device is done with
+// every buffer (move to error, flush, reap the sentinels' completions).
+func (q *QP) ClosedUndrained() bool {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return q.closed && q.undrained
 }

@@ -57,7 +57,7 @@ func (e Env) timeout() time.Duration {
 type Quirks struct {
 	// WindowBoundsEnforced: a window's rkey reaches only the window's
 	// bytes. False on rxe, where only the underlying MR's end is checked
-	// (shared/TESTBED.md, defect 1); the suite then logs the departure.
+	// (rxe on kernel 6.1); the suite then logs the departure.
 	WindowBoundsEnforced bool
 	// DoubleLocalInvPanics: a LOCAL_INV of an rkey that is not valid
 	// crashes the device's driver (rxe, defect 3). The suite never issues

@@ -48,7 +48,7 @@ const (
 	ReplyChunkWhenNeeded ReplyChunkPolicy = iota
 	// ReplyChunkAlways puts the whole reply, a DDP-eligible result
 	// included, in the Reply chunk whenever one is offered, and answers
-	// RDMA_NOMSG: what knfsd does (measured on 6.1, shared/TESTBED.md). An
+	// RDMA_NOMSG: what knfsd does (measured on Linux 6.1). An
 	// offered Write chunk is then returned unused.
 	ReplyChunkAlways
 )

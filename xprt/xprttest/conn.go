@@ -411,7 +411,7 @@ func (c *conn) failErrOr() error {
 }
 
 // sendGate admits WRs into the send queue: a WR holds its slot until its
-// completion is polled (DESIGN.md rule 1), never relying on PostSend
+// completion is polled (rule 1 of xprt's package doc), never relying on PostSend
 // failing for flow control.
 type sendGate struct {
 	mu     sync.Mutex

@@ -1,0 +1,119 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/rpcrdma"
+	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
+	"github.com/nfsrdma/nfsrdma/verbs/ibv"
+	"github.com/nfsrdma/nfsrdma/xprt"
+	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
+)
+
+// A misbehaving server on the real device: the in-process server over
+// verbs/ibv on rxe, each of its misbehaviours against the real client
+// transport. The client fails the one call cleanly or goes on, and no late
+// access lands in its memory. (Send With Invalidate of a foreign rkey is
+// left to the simulated fabric: on this rxe a Send With Invalidate naming
+// an rkey that is no longer valid panics the guest kernel.)
+func TestXprtMisbehavingServerRXE(t *testing.T) {
+	fab, err := ibv.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sunrpctest.NewHandler()
+	defer h.Close()
+	var armed atomic.Bool
+	srv, err := xprttest.Start(xprttest.Config{Fabric: fab, Handler: h, Addr: netip.AddrPortFrom(serverAddr, 22049)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := ctxT(t, 5*time.Minute)
+	tr, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: srv.Addr(), MaxIO: 256 << 10, IOBuffers: 16, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		t.Logf("client: %s", tr.Counters())
+		t.Logf("server: %+v", srv.Stats())
+		tr.Close()
+	}()
+	xid := uint32(0x7000)
+	read := func(ctx context.Context, n int, buf []byte) error {
+		xid++
+		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, n, buf))
+		if err != nil {
+			return err
+		}
+		defer rep.Release()
+		return sunrpctest.CheckRead(rep, xid, xid, n)
+	}
+	once := func(m xprttest.Misbehavior) {
+		m.Select = func(xprttest.CallInfo) bool { return armed.Swap(false) }
+		srv.SetMisbehavior(m)
+		armed.Store(true)
+	}
+	for _, tc := range []struct {
+		name    string
+		m       xprttest.Misbehavior
+		failure func(error) bool // nil: the call must succeed
+	}{
+		{"drop", xprttest.Misbehavior{Drop: true}, nil},
+		{"unknown-xid-then-reply", xprttest.Misbehavior{UnknownXID: true, ThenReply: true}, nil},
+		{"bad-version", xprttest.Misbehavior{ReplyVersion: 7}, nil},
+		{"truncated-header", xprttest.Misbehavior{TruncateHeader: 10}, nil},
+		{"err-chunk", xprttest.Misbehavior{Error: rpcrdma.ErrCodeChunk}, func(err error) bool { return err != nil }},
+		{"err-vers", xprttest.Misbehavior{Error: rpcrdma.ErrCodeVers}, func(err error) bool { return err != nil }},
+		{"oversized-write-chunk", xprttest.Misbehavior{OverstateWrite: 4096}, func(err error) bool {
+			var pe *xprt.ProtocolError
+			return errors.As(err, &pe)
+		}},
+		{"late-write", xprttest.Misbehavior{LateWrite: true, LateWriteDelay: 100 * time.Millisecond}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := srv.Stats()
+			once(tc.m)
+			buf := make([]byte, 128<<10)
+			err := read(ctxT(t, 60*time.Second), len(buf), buf)
+			switch {
+			case tc.failure == nil && err != nil:
+				t.Fatalf("READ: %v", err)
+			case tc.failure != nil && !tc.failure(err):
+				t.Fatalf("READ: %v, want the call to fail cleanly", err)
+			}
+			if tc.m.LateWrite {
+				deadline := time.Now().Add(20 * time.Second)
+				for {
+					st := srv.Stats()
+					if st.LateWritesFailed+st.LateWritesLanded > before.LateWritesFailed+before.LateWritesLanded || time.Now().After(deadline) {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				st := srv.Stats()
+				if st.LateWritesLanded != before.LateWritesLanded || st.LateWritesFailed == before.LateWritesFailed {
+					t.Fatalf("late write: %+v", st)
+				}
+				if !bytes.Equal(buf, sunrpctest.Pattern(xid, len(buf))) {
+					t.Fatal("the late write changed the returned data")
+				}
+			}
+			// The transport goes on.
+			if err := read(ctxT(t, 60*time.Second), 64<<10, make([]byte, 64<<10)); err != nil {
+				t.Fatalf("READ after %s: %v", tc.name, err)
+			}
+		})
+	}
+	if c := tr.Counters(); c.RefusedTransitions != 0 {
+		t.Fatalf("refused transitions: %s", c)
+	}
+}
