@@ -14,7 +14,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
 
-// drainCheck wraps a fabric for the client and checks DESIGN.md rule 5 at
+// drainCheck wraps a fabric for the client and checks the drain rule (5) at
 // every QP destruction: each receive ever posted on the QP has completed
 // (received or flushed) and been reaped, and so has the last send WR
 // posted (a signaled sentinel after which every earlier WR is done).
