@@ -20,8 +20,8 @@ func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (
 	fh, a := r.FH, r.Attr
 	if fh == nil {
 		var lr nfs3.LookupResult
-		err := n.do(func(dir nfs3.FileHandle) (err error) {
-			lr, err = n.fsys.c.Lookup(n.fsys.ctx, dir, name)
+		err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+			lr, err = n.fsys.c.Lookup(ctx, dir, name)
 			return err
 		})
 		if err != nil {
@@ -29,7 +29,7 @@ func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (
 		}
 		fh, a = lr.FH, lr.Attr
 	}
-	a, err := n.lookupAttr(fh, a)
+	a, err := n.lookupAttr(ctx, fh, a)
 	if err != nil {
 		return nil, err
 	}
@@ -40,6 +40,8 @@ func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (
 // O_EXCL, else UNCHECKED (which opens a file another client made meanwhile,
 // truncating it for O_TRUNC).
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -50,8 +52,8 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		how.Attr.Size = new(uint64(0))
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Create(n.fsys.ctx, dir, name, how)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Create(ctx, dir, name, how)
 		return err
 	})
 	n.setWcc(&r.DirWcc)
@@ -63,17 +65,19 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(err)
 	}
 	n.entryOut(c, out)
-	return c.EmbeddedInode(), c.newOpenFile(flags), 0, 0
+	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), 0, 0
 }
 
 // Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Mkdir(n.fsys.ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mkdir(ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
 		return err
 	})
 	return n.finishCreate(ctx, name, &r, err, out)
@@ -95,6 +99,8 @@ func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResu
 // Mknod implements fs.NodeMknoder with MKNOD (RFC 1813 §3.3.11) for devices,
 // FIFOs and sockets, and CREATE (GUARDED) for regular files.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -103,8 +109,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
 		var r nfs3.CreateResult
-		err := n.do(func(dir nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Create(n.fsys.ctx, dir, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
+		err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Create(ctx, dir, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
 			return err
 		})
 		return n.finishCreate(ctx, name, &r, err, out)
@@ -120,8 +126,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 		return nil, syscall.EINVAL
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Mknod(n.fsys.ctx, dir, name, what)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mknod(ctx, dir, name, what)
 		return err
 	})
 	return n.finishCreate(ctx, name, &r, err, out)
@@ -129,12 +135,14 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 
 // Symlink implements fs.NodeSymlinker with SYMLINK (RFC 1813 §3.3.10).
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Symlink(n.fsys.ctx, dir, name, nfs3.SetAttr{Mode: new(uint32(0o777))}, target)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Symlink(ctx, dir, name, nfs3.SetAttr{Mode: new(uint32(0o777))}, target)
 		return err
 	})
 	return n.finishCreate(ctx, name, &r, err, out)
@@ -142,6 +150,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Link implements fs.NodeLinker with LINK (RFC 1813 §3.3.15).
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -150,9 +160,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, syscall.EXDEV
 	}
 	var r nfs3.LinkResult
-	err := n.do(func(dir nfs3.FileHandle) error {
-		return t.do(func(file nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Link(n.fsys.ctx, file, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) error {
+		return t.do(ctx, func(file nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Link(ctx, file, dir, name)
 			return err
 		})
 	})
@@ -165,7 +175,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	if _, _, err := t.getattr(false); err != nil {
+	if _, _, err := t.getattr(ctx, false); err != nil {
 		return nil, toErrno(err)
 	}
 	n.entryOut(t, out)
@@ -227,12 +237,12 @@ func (n *node) waitClosed(d time.Duration) bool {
 
 // sillyRename renames n's open child c (now at name) to a hidden .nfs name
 // in n (the NFS client's silly rename), to be removed at c's last close.
-func (n *node) sillyRename(c *node, name string) error {
+func (n *node) sillyRename(ctx context.Context, c *node, name string) error {
 	a, _ := c.cached()
 	silly := fmt.Sprintf(".nfs%016x%08x", a.FileID, n.fsys.sillyCount.Add(1))
 	var r nfs3.RenameResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Rename(n.fsys.ctx, dir, name, dir, silly)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Rename(ctx, dir, name, dir, silly)
 		return err
 	})
 	n.setWcc(&r.ToDirWcc)
@@ -250,15 +260,17 @@ func (n *node) sillyRename(c *node, name string) error {
 // Unlink implements fs.NodeUnlinker with REMOVE (RFC 1813 §3.3.12), or a
 // silly rename when the file is open.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
 	if c := n.openChild(name); c != nil {
-		return toErrno(n.sillyRename(c, name))
+		return toErrno(n.sillyRename(ctx, c, name))
 	}
 	var w nfs3.WccData
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		w, err = n.fsys.c.Remove(n.fsys.ctx, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Remove(ctx, dir, name)
 		return err
 	})
 	n.setWcc(&w)
@@ -272,12 +284,14 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir implements fs.NodeRmdirer with RMDIR (RFC 1813 §3.3.13).
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
 	var w nfs3.WccData
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		w, err = n.fsys.c.Rmdir(n.fsys.ctx, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Rmdir(ctx, dir, name)
 		return err
 	})
 	n.setWcc(&w)
@@ -289,6 +303,8 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // with the kernel's NFSv3 client. An open file it would replace is silly
 // renamed first.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -301,15 +317,15 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	if c := to.openChild(newName); c != nil {
 		if moved := n.GetChild(name); moved == nil || moved != c.EmbeddedInode() {
-			if err := to.sillyRename(c, newName); err != nil {
+			if err := to.sillyRename(ctx, c, newName); err != nil {
 				return toErrno(err)
 			}
 		}
 	}
 	var r nfs3.RenameResult
-	err := n.do(func(from nfs3.FileHandle) error {
-		return to.do(func(toDir nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Rename(n.fsys.ctx, from, name, toDir, newName)
+	err := n.do(ctx, func(from nfs3.FileHandle) error {
+		return to.do(ctx, func(toDir nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Rename(ctx, from, name, toDir, newName)
 			return err
 		})
 	})
@@ -366,12 +382,14 @@ var (
 
 // Readdirent implements fs.FileReaddirenter.
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	ctx, done := d.n.fsys.callCtx(ctx)
+	defer done()
 	for {
 		if d.pos >= len(d.page) {
 			if d.eof {
 				return nil, 0
 			}
-			if errno := d.fetch(); errno != 0 {
+			if errno := d.fetch(ctx); errno != 0 {
 				return nil, errno
 			}
 			if d.pos >= len(d.page) {
@@ -396,10 +414,10 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 }
 
 // fetch reads the page after the last entry read.
-func (d *dirHandle) fetch() syscall.Errno {
+func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	var r nfs3.ReaddirplusResult
-	err := d.n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = d.n.fsys.c.Readdirplus(d.n.fsys.ctx, dir, d.next, d.verf, 0, 0)
+	err := d.n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = d.n.fsys.c.Readdirplus(ctx, dir, d.next, d.verf, 0, 0)
 		return err
 	})
 	d.n.setAttr(r.DirAttr)

@@ -69,6 +69,9 @@ type FS struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	creds   *credCache
+	nameMax uint32 // PATHCONF name_max
+
 	sillyCount atomic.Uint64
 	now        func() time.Time
 }
@@ -122,6 +125,11 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 	if f.maxDirty <= 0 {
 		f.maxDirty = DefaultMaxDirty
 	}
+	f.nameMax = nfs3.MaxNameLen
+	if pc, err := c.Pathconf(ctx, root); err == nil && pc.NameMax > 0 {
+		f.nameMax = pc.NameMax
+	}
+	f.creds = newCredCache()
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.root = &node{fsys: f, fh: root}
 	f.root.attrs.update(a, f.now(), o.AcDirMin, o.AcDirMax)

@@ -48,6 +48,12 @@ type node struct {
 	wbBytes, wbCalls int
 	wbErr            error
 	wbDone           *sync.Cond
+	// Gathered small writes (see gather): pend is sent at pendOff, with
+	// the credential of pendCtx; pendGen numbers the gatherings.
+	pend    []byte
+	pendOff int64
+	pendCtx context.Context
+	pendGen uint64
 }
 
 // dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
@@ -124,7 +130,7 @@ func (n *node) invalidateAttr() {
 
 // getattr returns the object's attributes and how long they may be
 // trusted: the cached ones while fresh, unless force, else the server's.
-func (n *node) getattr(force bool) (nfs3.Attr, time.Duration, error) {
+func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
 	if !force {
 		n.mu.Lock()
 		left, ok := n.attrs.fresh(n.fsys.now())
@@ -136,8 +142,8 @@ func (n *node) getattr(force bool) (nfs3.Attr, time.Duration, error) {
 		}
 	}
 	var a nfs3.Attr
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		a, err = n.fsys.c.Getattr(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		a, err = n.fsys.c.Getattr(ctx, fh)
 		return err
 	})
 	if err != nil {
@@ -201,11 +207,11 @@ func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nf
 
 // lookupAttr returns the attributes of fh: a when the server sent them, else
 // a GETATTR's.
-func (n *node) lookupAttr(fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) {
+func (n *node) lookupAttr(ctx context.Context, fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) {
 	if a != nil {
 		return a, nil
 	}
-	got, err := n.fsys.c.Getattr(n.fsys.ctx, fh)
+	got, err := n.fsys.c.Getattr(ctx, fh)
 	if err != nil {
 		return nil, err
 	}
@@ -214,16 +220,18 @@ func (n *node) lookupAttr(fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) 
 
 // Lookup implements fs.NodeLookuper with LOOKUP (RFC 1813 §3.3.3).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	var r nfs3.LookupResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Lookup(n.fsys.ctx, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Lookup(ctx, dir, name)
 		return err
 	})
 	n.setAttr(r.DirAttr)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	a, err := n.lookupAttr(r.FH, r.Attr)
+	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -235,7 +243,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	a, timeo, err := n.getattr(false)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
+	a, timeo, err := n.getattr(ctx, false)
 	if err != nil {
 		n.mu.Lock()
 		open := n.opens > 0
@@ -258,6 +268,8 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 // Setattr implements fs.NodeSetattrer with SETATTR (RFC 1813 §3.3.2): chmod,
 // chown, truncate and utimens.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -285,13 +297,13 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	n.drainWriteBehind()
 	if truncate {
 		// Writes still uncommitted must not be resent over the truncation.
-		if err := n.commitDirty(); err != nil {
+		if err := n.commitDirty(ctx); err != nil {
 			return toErrno(err)
 		}
 	}
 	var w nfs3.WccData
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		w, err = n.fsys.c.Setattr(n.fsys.ctx, fh, s, nil)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Setattr(ctx, fh, s, nil)
 		return err
 	})
 	if truncate {
@@ -325,9 +337,11 @@ func setTime(valid, bit, now uint32, sec uint64, nsec uint32) nfs3.SetTime {
 
 // Readlink implements fs.NodeReadlinker with READLINK (RFC 1813 §3.3.5).
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	var r nfs3.ReadlinkResult
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Readlink(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Readlink(ctx, fh)
 		return err
 	})
 	n.setAttr(r.Attr)
@@ -339,9 +353,11 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Statfs implements fs.NodeStatfser with FSSTAT (RFC 1813 §3.3.18).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	var r nfs3.FSStat
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Fsstat(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Fsstat(ctx, fh)
 		return err
 	})
 	if err != nil {
@@ -361,7 +377,9 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // UNSTABLE writes. Directories have nothing to sync: NFSv3 directory
 // operations are synchronous.
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return toErrno(n.commitDirty())
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
+	return toErrno(n.commitDirty(ctx))
 }
 
 // Allocate implements fs.NodeAllocater: NFSv3 cannot preallocate.
