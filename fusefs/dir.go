@@ -33,13 +33,17 @@ func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (
 	if err != nil {
 		return nil, err
 	}
-	return n.child(ctx, name, fh, a), nil
+	c, _ := n.child(ctx, name, fh, a)
+	return c, nil
 }
 
 // Create implements fs.NodeCreater with CREATE (RFC 1813 §3.3.8): GUARDED for
 // O_EXCL, else UNCHECKED (which opens a file another client made meanwhile,
 // truncating it for O_TRUNC).
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -70,6 +74,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 
 // Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -99,6 +106,9 @@ func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResu
 // Mknod implements fs.NodeMknoder with MKNOD (RFC 1813 §3.3.11) for devices,
 // FIFOs and sockets, and CREATE (GUARDED) for regular files.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -135,6 +145,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 
 // Symlink implements fs.NodeSymlinker with SYMLINK (RFC 1813 §3.3.10).
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -150,6 +163,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Link implements fs.NodeLinker with LINK (RFC 1813 §3.3.15).
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -260,6 +276,9 @@ func (n *node) sillyRename(ctx context.Context, c *node, name string) error {
 // Unlink implements fs.NodeUnlinker with REMOVE (RFC 1813 §3.3.12), or a
 // silly rename when the file is open.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -284,6 +303,9 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir implements fs.NodeRmdirer with RMDIR (RFC 1813 §3.3.13).
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -303,6 +325,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // with the kernel's NFSv3 client. An open file it would replace is silly
 // renamed first.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if errno := n.fsys.checkName(newName); errno != 0 {
+		return errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -365,7 +390,20 @@ type dirHandle struct {
 	next nfs3.Cookie // where the next page starts
 	skip int         // entries still to pass over after a seek (see Seekdir)
 	last *nfs3.DirEntryPlus
+
+	// A server that repeats cookies would make the listing endless (and
+	// seen grow without bound): every entry's cookie and every cookie
+	// asked for must be new, and a listing has at most MaxDirEntries.
+	cookies map[nfs3.Cookie]struct{} // of the entries in seen (not "." or "..")
+	asked   map[nfs3.Cookie]struct{} // READDIRPLUS cookies since the start or seek
 }
+
+// MaxDirEntries bounds the entries of one directory listing (the memory
+// an open directory takes: about 50 bytes an entry).
+const MaxDirEntries = 1 << 22
+
+// errDirLoop is what a looping or endless listing returns.
+const errDirLoop = syscall.EIO
 
 // dirPos is where an entry was: the cookie to resume after it, and whether
 // it was "." or "..".
@@ -403,7 +441,22 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			d.skip--
 			continue
 		}
-		d.seen = append(d.seen, dirPos{cookie: e.Cookie, dot: e.Name == "." || e.Name == ".."})
+		dot := e.Name == "." || e.Name == ".."
+		if !dot {
+			if d.cookies == nil {
+				d.cookies = make(map[nfs3.Cookie]struct{})
+			}
+			if _, dup := d.cookies[e.Cookie]; dup {
+				d.n.fsys.log.Error("READDIRPLUS: the server repeated a cookie; the listing would not end", "cookie", e.Cookie, "name", e.Name, "entries", len(d.seen))
+				return nil, errDirLoop
+			}
+			d.cookies[e.Cookie] = struct{}{}
+		}
+		if len(d.seen) >= MaxDirEntries {
+			d.n.fsys.log.Error("READDIRPLUS: directory listing too long", "entries", len(d.seen))
+			return nil, errDirLoop
+		}
+		d.seen = append(d.seen, dirPos{cookie: e.Cookie, dot: dot})
 		d.last = e
 		de := &fuse.DirEntry{Name: e.Name, Ino: ino(e.FileID), Off: uint64(len(d.seen))}
 		if e.Attr != nil {
@@ -415,6 +468,14 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 
 // fetch reads the page after the last entry read.
 func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
+	if d.asked == nil {
+		d.asked = make(map[nfs3.Cookie]struct{})
+	}
+	if _, again := d.asked[d.next]; again {
+		d.n.fsys.log.Error("READDIRPLUS: the server's pages lead back to a cookie already read; the listing would not end", "cookie", d.next)
+		return errDirLoop
+	}
+	d.asked[d.next] = struct{}{}
 	var r nfs3.ReaddirplusResult
 	err := d.n.do(ctx, func(dir nfs3.FileHandle) (err error) {
 		r, err = d.n.fsys.c.Readdirplus(ctx, dir, d.next, d.verf, 0, 0)
@@ -441,6 +502,12 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 		return syscall.EINVAL
 	}
 	d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
+	clear(d.asked)
+	for _, p := range d.seen[off:] {
+		if !p.dot {
+			delete(d.cookies, p.cookie)
+		}
+	}
 	if off == 0 || d.seen[off-1].dot {
 		d.skip, d.next, d.verf = int(off), 0, nfs3.CookieVerf{}
 	} else {
@@ -457,7 +524,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if e == nil || e.Name != name || e.FH == nil || e.Attr == nil {
 		return d.n.Lookup(ctx, name, out)
 	}
-	c := d.n.child(ctx, name, e.FH, e.Attr)
+	c, _ := d.n.child(ctx, name, e.FH, e.Attr)
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
 }

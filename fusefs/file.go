@@ -19,9 +19,9 @@ import (
 
 // openFile is an open regular file: the FUSE file handle.
 type openFile struct {
-	n      *node
-	flags  uint32
-	ra     *readAhead // nil: read-ahead off
+	n     *node
+	flags uint32
+	ra    *readAhead // nil: read-ahead off
 	// wctx carries the opener's credential for the calls made on its
 	// behalf after its request (writes behind, COMMIT at the last close);
 	// ctx is wctx until the handle is released (read-ahead).
@@ -54,6 +54,11 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
 	return f
 }
 
+// lookupFresh is how long after its LOOKUP an open takes the attributes
+// that LOOKUP brought as its close-to-open revalidation: the kernel sends
+// the OPEN right after the LOOKUP of the same path walk.
+const lookupFresh = time.Second
+
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
 // revalidates the file; the kernel keeps its cached pages only if the file
 // did not change since, else its cached attributes are dropped as well.
@@ -65,7 +70,25 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()
+	// The LOOKUP of this open's path walk brought the attributes: they are
+	// as fresh as a GETATTR's (the kernel client sends none after a
+	// LOOKUP either).
+	recent := !n.lookupAt.IsZero() && n.fsys.now().Sub(n.lookupAt) < min(n.fsys.opts.AcRegMin, lookupFresh)
+	keep, typ := n.lookupKeep, n.attrs.attr.Type
+	n.lookupAt = time.Time{}
 	n.mu.Unlock()
+	if recent {
+		if typ != nfs3.TypeReg {
+			return nil, 0, syscall.EINVAL
+		}
+		var fuseFlags uint32
+		if keep {
+			fuseFlags = fuse.FOPEN_KEEP_CACHE
+		} else {
+			n.dataGen.Add(1)
+		}
+		return n.newOpenFile(ctx, flags), fuseFlags, 0
+	}
 	var a nfs3.Attr
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
 		a, err = n.fsys.c.Getattr(ctx, fh)

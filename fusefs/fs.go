@@ -180,12 +180,20 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		name = "nfsrdma"
 	}
 	mo := fuse.MountOptions{
-		AllowOther:    mc.AllowOther,
-		FsName:        mc.FsName,
-		Name:          name,
-		MaxWrite:      int(f.wsize), // and max_read: READs go out in rsize pieces anyway
-		MaxBackground: 64,
-		DisableXAttrs: true,
+		AllowOther: mc.AllowOther,
+		FsName:     mc.FsName,
+		Name:       name,
+		// max_write, max_read and max_pages: requests as large as the
+		// READs and WRITEs (larger ones go out in rsize/wsize pieces).
+		MaxWrite: int(max(f.rsize, f.wsize)),
+		// The kernel's read-ahead of buffered reads (capped by the kernel
+		// at its own default, 128 KiB).
+		MaxReadAhead: int(f.rsize),
+		// Asynchronous requests (read-ahead, async direct I/O) in flight
+		// before the kernel throttles: as many as the transport pipelines.
+		MaxBackground:       64,
+		CongestionThreshold: 48,
+		DisableXAttrs:       true,
 		// Read replies are in memory: splicing them would copy them into
 		// a pipe first (and a 1 MiB reply does not fit one).
 		DisableSplice: true,
@@ -206,8 +214,14 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		mo.Options = append(mo.Options, "ro")
 		mo.DirectMountFlags |= syscall.MS_RDONLY
 	}
+	// A name found missing is cached as a negative entry for as long as
+	// its directory's attributes are trusted (the kernel client
+	// revalidates a negative entry with its directory): Lookup sets the
+	// timeout per reply; this makes go-fuse pass it on.
+	var negative time.Duration
 	return &fs.Options{
-		MountOptions: mo,
+		NegativeTimeout: &negative,
+		MountOptions:    mo,
 		RootStableAttr: &fs.StableAttr{
 			Ino: ino(f.root.attrs.attr.FileID),
 			Gen: generation(f.root.handle()),
@@ -220,6 +234,15 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 // unmounted (Server.Unmount, or umount(8) and Server.Wait).
 func Mount(dir string, f *FS, mc MountConfig) (*fuse.Server, error) {
 	return fs.Mount(dir, f.root, f.FUSEOptions(mc))
+}
+
+// checkName refuses a name longer than the server's name_max (PATHCONF)
+// before any call, as the kernel client does.
+func (f *FS) checkName(name string) syscall.Errno {
+	if uint64(len(name)) > uint64(f.nameMax) {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
 }
 
 // acBounds returns the attribute timeout bounds for objects of type t.

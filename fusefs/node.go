@@ -54,6 +54,12 @@ type node struct {
 	pendOff int64
 	pendCtx context.Context
 	pendGen uint64
+
+	// When a LOOKUP last brought the object's attributes (zero: not since
+	// the last open), and whether they showed its data unchanged: an open
+	// right after needs no GETATTR of its own (see Open).
+	lookupAt   time.Time
+	lookupKeep bool
 }
 
 // dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
@@ -190,19 +196,20 @@ func (n *node) entryOut(child *node, out *fuse.EntryOut) {
 // child returns the node for the object fh with attributes a, found in n
 // under name: the node already known there if it has the same handle, else
 // a new one (go-fuse merges it with any node of the same identity).
-func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nfs3.Attr) *node {
+//
+// unchanged reports that the node was known and its data did not change.
+func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nfs3.Attr) (c *node, unchanged bool) {
 	if name != "" {
 		if in := n.GetChild(name); in != nil {
 			if c, ok := in.Operations().(*node); ok && bytes.Equal(c.handle(), fh) {
-				c.setAttr(a)
-				return c
+				return c, !c.setAttr(a)
 			}
 		}
 	}
-	c := &node{fsys: n.fsys, fh: fh}
+	c = &node{fsys: n.fsys, fh: fh}
 	c.setAttr(a)
 	n.NewInode(ctx, c, fs.StableAttr{Mode: typeMode(a.Type), Ino: ino(a.FileID), Gen: generation(fh)})
-	return c
+	return c, false
 }
 
 // lookupAttr returns the attributes of fh: a when the server sent them, else
@@ -220,6 +227,9 @@ func (n *node) lookupAttr(ctx context.Context, fh nfs3.FileHandle, a *nfs3.Attr)
 
 // Lookup implements fs.NodeLookuper with LOOKUP (RFC 1813 §3.3.3).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	var r nfs3.LookupResult
@@ -229,13 +239,22 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	})
 	n.setAttr(r.DirAttr)
 	if err != nil {
-		return nil, toErrno(err)
+		if errno := toErrno(err); errno != syscall.ENOENT {
+			return nil, errno
+		}
+		// A negative entry, trusted as long as the directory.
+		_, dirTimeo := n.cached()
+		out.SetEntryTimeout(dirTimeo)
+		return nil, syscall.ENOENT
 	}
 	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	c := n.child(ctx, name, r.FH, a)
+	c, unchanged := n.child(ctx, name, r.FH, a)
+	c.mu.Lock()
+	c.lookupAt, c.lookupKeep = n.fsys.now(), unchanged
+	c.mu.Unlock()
 	n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
 }
@@ -369,7 +388,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Bfree = r.FreeBytes / bsize
 	out.Bavail = r.AvailBytes / bsize
 	out.Files, out.Ffree = r.TotalFiles, r.FreeFiles
-	out.NameLen = nfs3.MaxNameLen
+	out.NameLen = n.fsys.nameMax
 	return 0
 }
 
