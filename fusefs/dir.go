@@ -44,6 +44,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -77,6 +78,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -109,6 +111,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -148,6 +151,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -166,6 +170,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -279,6 +284,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -306,6 +312,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return errno
 	}
+	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -340,6 +347,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
+	n.dropPlus(name)
+	to.dropPlus(newName)
 	if c := to.openChild(newName); c != nil {
 		if moved := n.GetChild(name); moved == nil || moved != c.EmbeddedInode() {
 			if err := to.sillyRename(ctx, c, newName); err != nil {
@@ -489,6 +498,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		return syscall.EIO // a page that does not advance
 	}
 	d.page, d.pos, d.eof, d.verf = r.Entries, 0, r.EOF, r.Verf
+	d.n.putPlus(r.Entries)
 	return 0
 }
 
@@ -524,6 +534,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if e == nil || e.Name != name || e.FH == nil || e.Attr == nil {
 		return d.n.Lookup(ctx, name, out)
 	}
+	d.n.dropPlus(name)
 	c, _ := d.n.child(ctx, name, e.FH, e.Attr)
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0

@@ -60,6 +60,81 @@ type node struct {
 	// right after needs no GETATTR of its own (see Open).
 	lookupAt   time.Time
 	lookupKeep bool
+
+	// A directory's entries as its last READDIRPLUS pages brought them,
+	// by name, for the LOOKUPs that follow a listing (see takePlus).
+	plus map[string]plusEntry
+}
+
+// plusEntry is one entry of a READDIRPLUS reply.
+type plusEntry struct {
+	fh   nfs3.FileHandle
+	attr nfs3.Attr
+	at   time.Time
+}
+
+// maxPlus bounds the entries a directory keeps from its listings.
+const maxPlus = 1 << 16
+
+// plusFresh returns how long an entry of a listing answers LOOKUPs: no
+// longer than its directory's or its own attributes would be trusted.
+func (f *FS) plusFresh() time.Duration {
+	return min(f.opts.AcDirMin, f.opts.AcRegMin)
+}
+
+// putPlus keeps the entries of a READDIRPLUS page that have a handle and
+// attributes.
+func (n *node) putPlus(ents []nfs3.DirEntryPlus) {
+	if n.fsys.plusFresh() <= 0 {
+		return
+	}
+	now := n.fsys.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := range ents {
+		e := &ents[i]
+		if e.FH == nil || e.Attr == nil || e.Name == "." || e.Name == ".." {
+			continue
+		}
+		if n.plus == nil {
+			n.plus = make(map[string]plusEntry)
+		}
+		if len(n.plus) >= maxPlus {
+			for k, p := range n.plus {
+				if now.Sub(p.at) >= n.fsys.plusFresh() {
+					delete(n.plus, k)
+				}
+			}
+			if len(n.plus) >= maxPlus {
+				return
+			}
+		}
+		n.plus[e.Name] = plusEntry{fh: e.FH, attr: *e.Attr, at: now}
+	}
+}
+
+// takePlus returns (and forgets) name's entry from a recent listing.
+func (n *node) takePlus(name string) (plusEntry, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.plus[name]
+	if !ok {
+		return plusEntry{}, false
+	}
+	delete(n.plus, name)
+	if len(n.plus) == 0 {
+		n.plus = nil
+	}
+	return e, n.fsys.now().Sub(e.at) < n.fsys.plusFresh()
+}
+
+// dropPlus forgets the listed entries of names (changed by this mount).
+func (n *node) dropPlus(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, name := range names {
+		delete(n.plus, name)
+	}
 }
 
 // dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
@@ -232,6 +307,13 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
+	if e, ok := n.takePlus(name); ok {
+		// READDIRPLUS just answered it (ls -l): no LOOKUP. The open that
+		// may follow revalidates (lookupAt stays unset).
+		c, _ := n.child(ctx, name, e.fh, &e.attr)
+		n.entryOut(c, out)
+		return c.EmbeddedInode(), 0
+	}
 	var r nfs3.LookupResult
 	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Lookup(ctx, dir, name)
