@@ -225,23 +225,22 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		}
 		buf, boff, bctx := n.takePendLocked()
 		n.mu.Unlock()
-		return n.sendPend(bctx, buf, boff)
+		n.sendPend(bctx, buf, boff)
+		return nil
 	}
 	buf, boff, bctx := n.takePendLocked()
 	n.mu.Unlock()
 	if buf != nil {
-		if err := n.sendPend(bctx, buf, boff); err != nil {
-			return err
-		}
+		n.sendPend(bctx, buf, boff)
 	}
 	if len(data) >= wsize {
-		return n.writeBehind(ctx, slices.Clone(data), off)
+		return n.writeBehind(ctx, slices.Clone(data), off, false)
 	}
 	n.mu.Lock()
 	if n.pend != nil {
 		// Another write started gathering meanwhile: this one goes alone.
 		n.mu.Unlock()
-		return n.writeBehind(ctx, slices.Clone(data), off)
+		return n.writeBehind(ctx, slices.Clone(data), off, false)
 	}
 	n.pend = append(make([]byte, 0, wsize), data...)
 	n.pendOff, n.pendCtx = off, ctx
@@ -265,14 +264,14 @@ func (n *node) takePendLocked() ([]byte, int64, context.Context) {
 
 // sendPend writes gathered writes behind, ending their count as a WRITE in
 // flight once that one has begun.
-func (n *node) sendPend(ctx context.Context, buf []byte, off int64) error {
-	err := n.writeBehind(ctx, buf, off)
+func (n *node) sendPend(ctx context.Context, buf []byte, off int64) {
+	n.writeBehind(ctx, buf, off, true)
 	n.endWrite()
-	return err
 }
 
 // flushPend sends the gathered writes, if any (gen: only those of that
-// gathering; 0: whichever). A failure is reported as a write behind's.
+// gathering; 0: whichever), as a write behind (whose failure the next
+// write, flush or fsync reports).
 func (n *node) flushPend(gen uint64) {
 	n.mu.Lock()
 	if n.pend == nil || gen != 0 && gen != n.pendGen {
@@ -281,13 +280,7 @@ func (n *node) flushPend(gen uint64) {
 	}
 	buf, off, ctx := n.takePendLocked()
 	n.mu.Unlock()
-	if err := n.sendPend(ctx, buf, off); err != nil {
-		n.mu.Lock()
-		if n.wbErr == nil {
-			n.wbErr = err
-		}
-		n.mu.Unlock()
-	}
+	n.sendPend(ctx, buf, off)
 }
 
 // syncPend sends the gathered writes with one FILE_SYNC WRITE when they are
@@ -311,7 +304,10 @@ func (n *node) syncPend(ctx context.Context) (bool, error) {
 // writeBehind WRITEs data (owned: the caller gives it up) UNSTABLE in the
 // background (see Write); it waits while Options.WriteBehind bytes are in
 // flight, and returns (and clears) the error of an earlier write behind.
-func (n *node) writeBehind(ctx context.Context, data []byte, off int64) error {
+//
+// Gathered writes (already answered to the kernel) are sent whatever an
+// earlier write behind did, and leave its error to be reported.
+func (n *node) writeBehind(ctx context.Context, data []byte, off int64, gathered bool) error {
 	n.mu.Lock()
 	if n.wbDone == nil {
 		n.wbDone = sync.NewCond(&n.mu)
@@ -319,7 +315,7 @@ func (n *node) writeBehind(ctx context.Context, data []byte, off int64) error {
 	for n.wbBytes > 0 && n.wbBytes+len(data) > n.fsys.writeBehind && n.wbErr == nil {
 		n.wbDone.Wait()
 	}
-	if err := n.wbErr; err != nil {
+	if err := n.wbErr; err != nil && !gathered {
 		n.wbErr = nil
 		n.mu.Unlock()
 		return err
