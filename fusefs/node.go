@@ -394,7 +394,13 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return n.Getattr(ctx, f, out)
 	}
 	// Writes behind land first: a later one would undo a truncation or
-	// an explicit mtime.
+	// an explicit mtime. Gathered writes that are all the file's unsaved
+	// data go FILE_SYNC (as the Linux client flushes a file before
+	// SETATTR): tar's chown, chmod and utimes then leave no COMMIT to
+	// close.
+	if synced, err := n.syncPend(ctx); synced && err != nil {
+		return toErrno(err)
+	}
 	n.drainWriteBehind()
 	if truncate {
 		// Writes still uncommitted must not be resent over the truncation.

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
 	"github.com/nfsrdma/nfsrdma/nfs3"
@@ -256,5 +257,32 @@ func TestRPCListNoLookups(t *testing.T) {
 	}
 	if l, g, rdp := len(rec.since(from, nfs3.ProcLookup)), len(rec.since(from, nfs3.ProcGetattr)), len(rec.since(from, nfs3.ProcReaddirplus)); l != 0 || g != 0 || rdp == 0 {
 		t.Errorf("ls -l of %d files: %d LOOKUP, %d GETATTR, %d READDIRPLUS; want 0, 0, >0", files, l, g, rdp)
+	}
+}
+
+// TestRPCWriteThenSetattr: a small file written, then chmod-ed and its
+// times set before close (as tar does), costs one FILE_SYNC WRITE and no
+// COMMIT.
+func TestRPCWriteThenSetattr(t *testing.T) {
+	srv := startGoNFS(t, backendMem)
+	us := &unstableServer{}
+	us.setVerfs(1, 1)
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		us.Transport = tr
+		return us
+	})
+	f, err := os.OpenFile(m.path("t"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	check(t, err)
+	_, err = f.Write(make([]byte, 4096))
+	check(t, err)
+	check(t, f.Chmod(0o644))
+	check(t, os.Chtimes(m.path("t"), time.Unix(1e9, 0), time.Unix(1e9, 0)))
+	check(t, f.Close())
+	if c := m.calls(nfs3.ProcCommit); c != 0 || us.fileSync.Load() != 1 || us.unstable.Load() != 0 {
+		t.Errorf("write, chmod, utimes, close: %d COMMITs, %d FILE_SYNC and %d UNSTABLE WRITEs; want 0, 1, 0", c, us.fileSync.Load(), us.unstable.Load())
+	}
+	// (memfs keeps no times: only the size is checked.)
+	if fi, err := os.Stat(m.path("t")); err != nil || fi.Size() != 4096 || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("stat: %v, %v", fi, err)
 	}
 }

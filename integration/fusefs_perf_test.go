@@ -16,7 +16,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
+
+func nowSeconds() float64 { return float64(time.Now().UnixNano()) / 1e9 }
 
 // ourOpCalls returns the calls of NFS procedure op (READ, WRITE...) that
 // nfsrdma-mount stats reports for the mount at dir.
@@ -125,6 +128,9 @@ func TestFusefsRandReadAmplification(t *testing.T) {
 			iops, ios := fioIOPS(t, "--name=rr", "--filename="+filepath.Join(m.dir, name), "--rw=randread", "--bs=4k",
 				"--ioengine=libaio", "--direct=1", fmt.Sprintf("--iodepth=%d", qd), "--runtime=8", "--time_based", "--size=64m")
 			reads := m.reads() - before
+			if m.what == "nfsrdma-mount" {
+				t.Logf("nfsrdma-mount totals after qd%d:\n%s", qd, opLines(t, bin, ours))
+			}
 			t.Logf("randread 4k qd%d %s: %.0f IOPS, %d I/Os, %d READs (%.2f per I/O)", qd, m.what, iops, ios, reads, float64(reads)/float64(max(ios, 1)))
 			if m.what == "nfsrdma-mount" && (ios == 0 || float64(reads) > 1.05*float64(ios)+4) {
 				t.Errorf("qd%d: %d READs for %d random reads of 4 KiB", qd, reads, ios)
@@ -214,4 +220,115 @@ func TestFusefsIdentity(t *testing.T) {
 	if err := cmd.Run(); err == nil {
 		t.Error("uid 1002 wrote into uid 1001's directory")
 	}
+}
+
+// opLines returns the per-procedure lines of nfsrdma-mount stats.
+func opLines(t *testing.T, bin, dir string) string {
+	t.Helper()
+	_, out := runCmd(t, bin, "stats", dir)
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, ": calls ") {
+			if i := strings.Index(l, " sent "); i > 0 {
+				j := strings.Index(l, " rtt_mean ")
+				k := strings.Index(l, " hist")
+				if j > 0 && k > j {
+					l = l[:i] + l[j:k]
+				}
+			}
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// kernelOps returns the non-zero per-op counts of the kernel mount at dir.
+func kernelOps(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	ops := map[string]int{}
+	for _, op := range []string{"GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READ", "WRITE", "CREATE", "MKDIR", "REMOVE", "RMDIR", "READDIRPLUS", "COMMIT"} {
+		if n := kernelOpCalls(t, dir, op); n > 0 {
+			ops[op] = n
+		}
+	}
+	return ops
+}
+
+// TestFusefsSmallFiles: tar -x of 500 files of 4 KiB, a cold cat and ls -lR
+// of them and rm -rf, through both mounts, timed, with the RPCs each
+// client sent. Each small file costs nfsrdma-mount one WRITE and no COMMIT.
+func TestFusefsSmallFiles(t *testing.T) {
+	bin := mountBinary(t)
+	src := t.TempDir()
+	const files = 500
+	for i := range files {
+		dir := filepath.Join(src, "tree", fmt.Sprintf("d%02d", i/50))
+		os.MkdirAll(dir, 0o755)
+		data := make([]byte, 4096)
+		rand.Read(data)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", i)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tarball := filepath.Join(t.TempDir(), "tree.tar")
+	run(t, "tar", "-C", src, "-cf", tarball, "tree")
+	ours := mountNFSRDMA(t, bin)
+	kernel := mountKernel(t)
+	for _, m := range []struct{ what, dir string }{{"kernel", kernel}, {"nfsrdma-mount", ours}} {
+		top := filepath.Join(m.dir, fmt.Sprintf("small-%d-%s", os.Getpid(), strings.ReplaceAll(m.what, "-", "")))
+		if err := os.Mkdir(top, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		steps := []struct {
+			name string
+			cmd  []string
+		}{
+			{"tar -x", []string{"tar", "-C", top, "-xf", tarball}},
+			{"ls -lR cold", []string{"sh", "-c", `ls -lR "$1" > /dev/null`, "sh", top}},
+			{"cat cold", []string{"sh", "-c", `find "$1" -type f -exec cat {} + > /dev/null`, "sh", top}},
+			{"rm -rf", []string{"rm", "-rf", top}},
+		}
+		for _, s := range steps {
+			os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+			var before string
+			var kbefore map[string]int
+			if m.what == "kernel" {
+				kbefore = kernelOps(t, m.dir)
+			} else {
+				before = opLines(t, bin, m.dir)
+			}
+			start := nowSeconds()
+			run(t, s.cmd[0], s.cmd[1:]...)
+			el := nowSeconds() - start
+			if m.what == "kernel" {
+				after := kernelOps(t, m.dir)
+				var parts []string
+				for op, n := range after {
+					if d := n - kbefore[op]; d > 0 {
+						parts = append(parts, fmt.Sprintf("%s %d", op, d))
+					}
+				}
+				t.Logf("%s %s: %.2f s; RPCs: %s", m.what, s.name, el, strings.Join(parts, ", "))
+			} else {
+				after := opLines(t, bin, m.dir)
+				t.Logf("%s %s: %.2f s; totals before:\n%safter:\n%s", m.what, s.name, el, before, after)
+				if s.name == "tar -x" {
+					w0, c0 := opCount(before, "WRITE"), opCount(before, "COMMIT")
+					w1, c1 := opCount(after, "WRITE"), opCount(after, "COMMIT")
+					if w1-w0 != files || c1-c0 != 0 {
+						t.Errorf("tar -x of %d files of 4 KiB: %d WRITEs, %d COMMITs; want %d, 0", files, w1-w0, c1-c0, files)
+					}
+				}
+			}
+		}
+	}
+}
+
+func opCount(lines, op string) int {
+	m := regexp.MustCompile(`(?m)^\s*` + op + `: calls (\d+)`).FindStringSubmatch(lines)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
