@@ -123,7 +123,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // reader, else pipelined READs (RFC 1813 §3.3.6) of rsize straight into the
 // kernel's buffer.
 func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	ctx, done := f.n.fsys.callCtx(ctx)
+	ctx, done := f.callCtx(ctx)
 	defer done()
 	// The reader sees its own writes: those written behind land first.
 	f.n.drainWriteBehind()
@@ -151,7 +151,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // the next write, flush (close) or fsync; reads, SETATTR and COMMIT of the
 // file wait for it first.
 func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	ctx, done := f.n.fsys.callCtx(ctx)
+	ctx, done := f.callCtx(ctx)
 	defer done()
 	n := f.n
 	if n.fsys.opts.ReadOnly {
@@ -505,14 +505,14 @@ func (n *node) requeue(ws []dirtyWrite) {
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
 // (close-to-open), and reports their failure.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
-	ctx, done := f.n.fsys.callCtx(ctx)
+	ctx, done := f.callCtx(ctx)
 	defer done()
 	return toErrno(f.n.commitDirty(ctx))
 }
 
 // Fsync implements fs.FileFsyncer.
 func (f *openFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	ctx, done := f.n.fsys.callCtx(ctx)
+	ctx, done := f.callCtx(ctx)
 	defer done()
 	return toErrno(f.n.commitDirty(ctx))
 }

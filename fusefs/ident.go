@@ -43,7 +43,9 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 	if !ok {
 		return ctx, cancel
 	}
-	if f.opts.CallerIdentity {
+	// A request the kernel makes on its own (pid 0) has no caller: the
+	// client's own credential, or the opener's (openFile.callCtx).
+	if f.opts.CallerIdentity && caller.Pid != 0 {
 		if cred, ok := f.creds.credential(caller); ok {
 			ctx = sunrpc.WithCredential(ctx, cred)
 		}
@@ -71,6 +73,20 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 		stop()
 		cancel()
 	}
+}
+
+// callCtx is FS.callCtx for a request on the open file f. A request the
+// kernel makes on its own (pid 0: the write-back of mmap-ed pages) carries
+// the credential of the process that opened the file, as the kernel
+// client's write-back does.
+func (f *openFile) callCtx(fctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, done := f.n.fsys.callCtx(fctx)
+	if c, ok := fuse.FromContext(fctx); ok && c.Pid == 0 {
+		if cred, ok := sunrpc.CredentialFrom(f.wctx); ok {
+			ctx = sunrpc.WithCredential(ctx, cred)
+		}
+	}
+	return ctx, done
 }
 
 // fatalSignalPending reports whether thread pid has SIGKILL pending (a
