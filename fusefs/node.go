@@ -439,7 +439,9 @@ func setTime(valid, bit, now uint32, sec uint64, nsec uint32) nfs3.SetTime {
 	case valid&now != 0:
 		return nfs3.SetTime{How: nfs3.SetToServerTime}
 	}
-	return nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(sec), Nseconds: nsec}}
+	// FUSE carries the kernel's signed seconds as 64 bits; NFSv3 has
+	// unsigned 32-bit seconds: clamp as the Linux client does.
+	return nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.TimeOfUnix(int64(sec), int64(nsec))}
 }
 
 // Readlink implements fs.NodeReadlinker with READLINK (RFC 1813 §3.3.5).
