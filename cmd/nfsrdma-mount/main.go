@@ -224,4 +224,3 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 	log.Info("unmounted", "dir", dir)
 	return exitOK
 }
-

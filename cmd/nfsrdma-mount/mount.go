@@ -475,4 +475,3 @@ func (m *mountServer) release() {
 		m.ctl.Close()
 	}
 }
-
