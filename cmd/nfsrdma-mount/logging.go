@@ -72,7 +72,7 @@ func backgroundLog(logFile string, level slog.Level) (slog.Handler, string) {
 	}
 	l, err := newSyslogLogger("", "", "nfsrdma-mount", level)
 	if err != nil {
-		return slog.DiscardHandler, fmt.Sprintf("no system log (%v): the background server's warnings and errors are lost; mount with -o logfile=/PATH to keep them, or -f to stay in the foreground", err)
+		return slog.DiscardHandler, fmt.Sprintf("no system log (nothing answers on /dev/log: %v): the background server's warnings and errors are lost; mount with -o logfile=/PATH to keep them, or -f to stay in the foreground", err)
 	}
 	return l.Handler(), ""
 }

@@ -211,8 +211,8 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		return exitMountErr
 	}
 	cancel()
-	log.Info("mounted", "spec", inv.spec, "dir", dir, "opts", opts.String())
 	detach(readyLine)
+	log.Info("mounted", "spec", inv.spec, "dir", dir, "opts", opts.String())
 	go func() {
 		if _, ok := <-sigc; ok {
 			log.Info("signal: unmounting", "dir", dir)
@@ -220,7 +220,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		}
 	}()
 	m.fuse.Wait()
-	m.release()
 	log.Info("unmounted", "dir", dir)
+	m.release()
 	return exitOK
 }

@@ -214,7 +214,7 @@ func (m *mountServer) connect(ctx context.Context, fab verbs.Fabric) (nfs3.FileH
 		}
 		m.log.Warn("server not reachable, trying again", "try", try, "err", err)
 		if m.onRetry != nil {
-			m.onRetry(fmt.Errorf("the server is not reachable (%w); trying again for %v", err, time.Until(deadline).Round(time.Minute)))
+			m.onRetry(fmt.Errorf("the server is not reachable (%w); trying again for %d minutes", err, int(time.Until(deadline).Round(time.Minute).Minutes())))
 		}
 		select {
 		case <-time.After(2 * time.Second):

@@ -120,13 +120,15 @@ func nfsrdmaMounts() []mountEntry {
 // errHung is a mount whose file system does not answer a stat.
 var errHung = errors.New("the mount does not answer")
 
-// statMount stats dir, giving up after d (a mount whose server is alive
-// but stuck would hang the stat).
+// statMount asks the file system mounted at dir for its statfs, giving up
+// after d (a mount whose server is alive but stuck would hang). Unlike a
+// stat, which the kernel may answer from its attribute cache, a FUSE statfs
+// always reaches the server: a mount whose server is gone answers ENOTCONN.
 func statMount(dir string, d time.Duration) error {
 	done := make(chan error, 1)
 	go func() {
-		var st syscall.Stat_t
-		done <- syscall.Stat(dir, &st)
+		var st syscall.Statfs_t
+		done <- syscall.Statfs(dir, &st)
 	}()
 	select {
 	case err := <-done:
