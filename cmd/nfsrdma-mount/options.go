@@ -124,6 +124,13 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 	var noac bool
 	var actimeo *time.Duration
 	for _, opt := range strings.Split(s, ",") {
+		// A remount's options (the mount's own, which mount(8) passes
+		// back, FUSE's included) may come before "remount".
+		if strings.TrimSpace(opt) == "remount" {
+			o.Remount = true
+		}
+	}
+	for _, opt := range strings.Split(s, ",") {
 		opt = strings.TrimSpace(opt)
 		if opt == "" {
 			continue

@@ -80,6 +80,7 @@ func TestParseOptions(t *testing.T) {
 		{opts: "logfile=/var/log/x.log", check: func(o *mountOptions) bool { return o.LogFile == "/var/log/x.log" }},
 		{opts: "remount,ro", check: func(o *mountOptions) bool { return o.Remount && o.FS.ReadOnly }},
 		{opts: "remount,user_id=0,group_id=0,default_permissions,allow_other", check: func(o *mountOptions) bool { return len(o.Ignored) == 4 }},
+		{opts: "rw,nosuid,user_id=0,max_read=1048576,remount,ro", check: func(o *mountOptions) bool { return o.Remount && len(o.Ignored) == 2 && o.FS.ReadOnly }},
 		// What mount(8) and fstab pass along is ignored.
 		{opts: "rw,_netdev,nofail,auto,noauto,user,users,defaults,x-systemd.automount,x-systemd.mount-timeout=30,x-foo,comment=x,sec=sys", check: func(o *mountOptions) bool {
 			return len(o.Ignored) == 12 && o.FS == def
