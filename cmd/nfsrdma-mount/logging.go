@@ -60,34 +60,41 @@ func (s *switchHandler) WithGroup(name string) slog.Handler {
 }
 
 // backgroundLog returns the handler of a server detached from its caller:
-// the file logFile (appended to) when given, else the system log. With
-// neither it returns a handler that discards and a warning for the user.
-func backgroundLog(logFile string, level slog.Level) (slog.Handler, string) {
+// the file logFile (appended to, and returned: the server's output goes
+// there too) when given, else the system log. With neither it returns a
+// handler that discards and a warning for the user.
+func backgroundLog(logFile string, level slog.Level) (slog.Handler, *os.File, string) {
 	if logFile != "" {
 		f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 		if err != nil {
-			return slog.DiscardHandler, fmt.Sprintf("cannot open the log file: %v; the server's messages are lost", err)
+			return slog.DiscardHandler, nil, fmt.Sprintf("cannot open the log file: %v; the server's messages are lost", err)
 		}
-		return slog.NewTextHandler(f, &slog.HandlerOptions{Level: level}), ""
+		return slog.NewTextHandler(f, &slog.HandlerOptions{Level: level}), f, ""
 	}
 	l, err := newSyslogLogger("", "", "nfsrdma-mount", level)
 	if err != nil {
-		return slog.DiscardHandler, fmt.Sprintf("no system log (nothing answers on /dev/log: %v): the background server's warnings and errors are lost; mount with -o logfile=/PATH to keep them, or -f to stay in the foreground", err)
+		return slog.DiscardHandler, nil, fmt.Sprintf("no system log (nothing answers on /dev/log: %v): the background server's warnings and errors are lost; mount with -o logfile=/PATH to keep them, or -f to stay in the foreground", err)
 	}
-	return l.Handler(), ""
+	return l.Handler(), nil, ""
 }
 
-// detachOutput points the standard output and error of this process at
-// /dev/null, so that no write reaches (or dies on) the caller's terminal
-// or pipe once the caller has gone.
-func detachOutput() error {
+// detachOutput points the standard input at /dev/null and the standard
+// output and error at out (nil: /dev/null), so that no write reaches (or
+// dies on) the caller's terminal or pipe once the caller has gone.
+func detachOutput(out *os.File) error {
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
 	defer null.Close()
-	for _, fd := range []int{0, 1, 2} {
-		if err := syscall.Dup3(int(null.Fd()), fd, 0); err != nil {
+	if out == nil {
+		out = null
+	}
+	if err := syscall.Dup3(int(null.Fd()), 0, 0); err != nil {
+		return err
+	}
+	for _, fd := range []int{1, 2} {
+		if err := syscall.Dup3(int(out.Fd()), fd, 0); err != nil {
 			return err
 		}
 	}

@@ -115,54 +115,66 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 	}
 	sw := newSwitchHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	log := slog.New(sw)
-	background := inv.readyFD > 0
+	// The server daemonize started (it has a lifeline) reports on its
+	// readiness pipe and then detaches from its caller. A readiness pipe
+	// alone (a supervisor that keeps the server's output) only reports.
+	background := inv.lifelineFD > 0 && inv.readyFD > 0
 	var ready *os.File
+	if inv.readyFD > 0 {
+		ready = os.NewFile(uintptr(inv.readyFD), "ready")
+	}
 	var later slog.Handler // the log once detached
+	var laterFile *os.File // and where the output goes, when a file
 	if background {
 		// Nothing this server writes may kill it once its caller's
 		// pipe is gone.
 		signal.Ignore(syscall.SIGPIPE)
-		ready = os.NewFile(uintptr(inv.readyFD), "ready")
 		var warning string
-		later, warning = backgroundLog(opts.LogFile, level)
+		later, laterFile, warning = backgroundLog(opts.LogFile, level)
 		if warning != "" {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", name, warning)
 		}
 	} else if opts.LogFile != "" {
-		if h, warning := backgroundLog(opts.LogFile, level); warning != "" {
+		if h, _, warning := backgroundLog(opts.LogFile, level); warning != "" {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", name, warning)
 		} else {
 			sw.set(h)
 		}
 	}
 	var detached atomic.Bool
-	var detachOnce sync.Once
-	// detach reports to the mount command and stops writing where it
-	// reads: the log goes to syslog or the log file from then on.
-	detach := func(report string) {
-		detachOnce.Do(func() {
+	var reportOnce sync.Once
+	// report tells the mount command (or supervisor) how the mount went.
+	// The background server then stops writing where its caller reads:
+	// its log goes to syslog or the log file, its output (a panic's, a
+	// SIGQUIT's goroutines) to the log file or /dev/null.
+	report := func(line string) {
+		reportOnce.Do(func() {
 			if ready == nil {
 				return
 			}
-			sw.set(later)
-			if err := detachOutput(); err != nil {
-				log.Warn("detaching from the terminal", "err", err)
+			if background {
+				sw.set(later)
+				if err := detachOutput(laterFile); err != nil {
+					log.Warn("detaching from the terminal", "err", err)
+				}
+				detached.Store(true)
 			}
-			detached.Store(true)
-			io.WriteString(ready, strings.ReplaceAll(report, "\n", " ")+"\n")
+			io.WriteString(ready, strings.ReplaceAll(line, "\n", " ")+"\n")
 			ready.Close()
 		})
 	}
-	// fail reports a failed mount: to the mount command, which prints it,
-	// or on stderr in the foreground, or to the log once detached (bg).
+	// fail reports a failed mount: to the mount command, which prints it
+	// (a supervisor gets it on stderr too), or on stderr in the
+	// foreground, or to the log once detached (bg).
 	fail := func(err error) {
 		switch {
 		case detached.Load():
 			log.Error("mount failed", "spec", inv.spec, "dir", inv.dir, "err", err)
 		case background:
-			detach(errPrefix + err.Error())
+			report(errPrefix + err.Error())
 		default:
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			report(errPrefix + err.Error())
 		}
 	}
 	host, export, _ := splitSpec(inv.spec)
@@ -201,7 +213,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		}()
 	}
 	if opts.Background && background {
-		m.onRetry = func(err error) { detach(bgPrefix + err.Error()) }
+		m.onRetry = func(err error) { report(bgPrefix + err.Error()) }
 	}
 	if err := m.mount(ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -211,7 +223,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		return exitMountErr
 	}
 	cancel()
-	detach(readyLine)
+	report(readyLine)
 	log.Info("mounted", "spec", inv.spec, "dir", dir, "opts", opts.String())
 	go func() {
 		if _, ok := <-sigc; ok {

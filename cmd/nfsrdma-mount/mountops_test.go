@@ -262,6 +262,20 @@ func TestLogFile(t *testing.T) {
 			t.Errorf("log file lacks %q:\n%s", want, b)
 		}
 	}
+	// The server's own output (here the goroutines SIGQUIT makes the Go
+	// runtime print) goes to the log file too.
+	if code, _, errs := cli("nfsrdma-mount", "-o", tcpOpts(srv, "logfile="+logf), "127.0.0.1:/", dir); code != 0 {
+		t.Fatalf("mount: %s", errs)
+	}
+	pid := serverPid(t, dir)
+	syscall.Kill(pid, syscall.SIGQUIT)
+	waitGone(t, pid)
+	if code, _, errs := cli("nfsrdma-mount", "-u", dir); code != 0 {
+		t.Errorf("-u after the server died: %s", errs)
+	}
+	if b, _ := os.ReadFile(logf); !strings.Contains(string(b), "goroutine ") {
+		t.Errorf("no goroutine dump in the log file:\n%.2000s", b)
+	}
 }
 
 // TestCancelledMount: SIGTERM or SIGKILL of the mount command while the
