@@ -786,3 +786,27 @@ func TestFlagOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestControlDirs: a user's server may have put its socket in its runtime
+// directory or in /tmp (mount(8) runs it without $XDG_RUNTIME_DIR): the
+// client looks in every one, root in the mount owner's too.
+func TestControlDirs(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", "/run/user/4242")
+	if d := controlDirs(0); len(d) != 1 || d[0] != "/run/nfsrdma" {
+		t.Errorf("root: %v", d)
+	}
+	d := controlDirs(4242)
+	if d[len(d)-1] != filepath.Join(os.TempDir(), "nfsrdma-4242") {
+		t.Errorf("uid 4242: %v", d)
+	}
+	if os.Geteuid() == 4242 && d[0] != "/run/user/4242/nfsrdma" {
+		t.Errorf("own uid: %v", d)
+	}
+	if os.Geteuid() == 0 {
+		c := socketCandidates("/mnt/x", 4242)
+		a, _ := socketPath("/mnt/x")
+		if c[0] != a || len(c) < 2 || filepath.Base(c[len(c)-1]) != filepath.Base(a) || !strings.Contains(c[len(c)-1], "nfsrdma-4242") {
+			t.Errorf("root's candidates for a mount of uid 4242: %v", c)
+		}
+	}
+}
