@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -372,6 +373,11 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	fo := m.fsys.FUSEOptions(mc)
 	fo.MountOptions.Options = append(fo.MountOptions.Options, flagOptions(m.opts.MountFlags, !root0)...)
 	if m.fuse, err = fs.Mount(m.dir, m.fsys.Root(), fo); err != nil {
+		if strings.Contains(err.Error(), "fusermount exited") {
+			// go-fuse says only that; fusermount's own message went to
+			// stderr, which the mount command shows above this one.
+			return fmt.Errorf("FUSE mount: %v (fusermount's message above says why)", strings.TrimSpace(err.Error()))
+		}
 		return fmt.Errorf("FUSE mount: %w", err)
 	}
 	if m.ctl, err = listenControl(m.dir, m.statsAnswer, m.unmount); err != nil {
