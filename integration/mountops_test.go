@@ -132,7 +132,7 @@ func TestMountOpsStatsTools(t *testing.T) {
 		t.Fatalf("%d transports, want 2 (nconnect=2)", len(s.Transports))
 	}
 	for i, x := range s.Transports {
-		if x.RDMA == nil || x.RDMA.Calls < 10 {
+		if x.RDMA == nil || x.RDMA.Calls < 3 {
 			t.Errorf("transport %d carried too few calls: %+v", i, x.RDMA)
 		} else {
 			t.Logf("transport %d: %d calls, %d sends", i, x.RDMA.Calls, x.RDMA.Sends)
@@ -332,8 +332,13 @@ func TestMountOpsUserFstab(t *testing.T) {
 	bin := mountBinary(t)
 	addUsers(t)
 	helperLinks(t, bin, "mount.nfsrdma")
-	base := t.TempDir()
+	// A directory the users can reach (t.TempDir's parent is 0700).
+	base, err := os.MkdirTemp("/tmp", "mountops-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	os.Chmod(base, 0o755)
+	t.Cleanup(func() { os.RemoveAll(base) })
 	dir := filepath.Join(base, "user-mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)

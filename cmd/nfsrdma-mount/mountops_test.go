@@ -456,7 +456,9 @@ func TestRemountAndFlags(t *testing.T) {
 	if err := os.WriteFile(name, []byte("rw"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs := cli("/sbin/mount.fuse.nfsrdma", "127.0.0.1:/", dir, "-o", "remount,ro,exec", "-t", "fuse.nfsrdma")
+	// As mount(8) calls its helper: every flag in effect, computed from
+	// the mount's and those given ("remount,ro,exec" here).
+	code, _, errs := cli("/sbin/mount.fuse.nfsrdma", "127.0.0.1:/", dir, "-o", "ro,nosuid,nodev,noatime,remount,user_id=0,group_id=0,default_permissions,allow_other", "-t", "fuse.nfsrdma")
 	if code != 0 {
 		t.Fatalf("remount ro: %s", errs)
 	}
@@ -466,8 +468,12 @@ func TestRemountAndFlags(t *testing.T) {
 	if err := os.WriteFile(name, []byte("ro"), 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("write after remount ro: %v, want EROFS", err)
 	}
-	if code, _, errs := cli("mount.nfsrdma", "127.0.0.1:/", dir, "-o", "remount,rw"); code != 0 {
+	// nfsrdma-mount's own remount changes the flags given.
+	if code, _, errs := cli("nfsrdma-mount", "-o", "remount,rw,noexec", "127.0.0.1:/", dir); code != 0 {
 		t.Fatalf("remount rw: %s", errs)
+	}
+	if o := opts(); !strings.Contains(o, ",rw,") || !strings.Contains(o, ",noexec,") || !strings.Contains(o, ",noatime,") || !strings.Contains(o, ",nosuid,") {
+		t.Errorf("after remount,rw,noexec: %s", o)
 	}
 	if err := os.WriteFile(name, []byte("rw again"), 0o644); err != nil {
 		t.Errorf("write after remount rw: %v", err)

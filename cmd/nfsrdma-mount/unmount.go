@@ -275,8 +275,9 @@ func unmountDirect(c string, lazy, force bool) error {
 var errNotMounted = errors.New("not mounted")
 
 // remount changes the VFS flags of a live mount (mount -o remount,...):
-// ro/rw, nosuid, nodev, noexec and the atime flags, starting from the
-// mount's current ones. The NFS options of a mount cannot change: as with
+// ro/rw, nosuid, nodev, noexec and the atime flags: as mount(8) computed
+// them (it passes them all to its helper), or the mount's current ones
+// changed by the options given to nfsrdma-mount. The NFS options of a mount cannot change: as with
 // the kernel client, those given are ignored. It needs root (fusermount
 // cannot remount).
 func remount(inv *invocation, _ *mountOptions) error {
@@ -291,9 +292,14 @@ func remount(inv *invocation, _ *mountOptions) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("remount %s: only root can remount (fusermount cannot)", dir)
 	}
-	// Start from the mount's flags, then apply the options given.
-	cur, _ := parseOptions(top.MountOpts, true)
-	flags := cur.MountFlags
+	// mount(8) passes the flags it computed from the mount's current ones
+	// and those given, in full; the options given to nfsrdma-mount change
+	// the mount's current flags.
+	var flags uintptr
+	if !inv.helper {
+		cur, _ := parseOptions(top.MountOpts, true)
+		flags = cur.MountFlags
+	}
 	ro := strings.Contains(","+top.MountOpts+",", ",ro,")
 	for _, o := range strings.Split(inv.opts, ",") {
 		name, _, _ := strings.Cut(strings.TrimSpace(o), "=")
