@@ -353,6 +353,11 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 	if noac {
 		o.FS.NoAC()
 	}
+	if o.LookupCache == "none" {
+		// The kernel keeps a name as long as its directory's attributes:
+		// no directory attribute caching, no name caching.
+		o.FS.AcDirMin, o.FS.AcDirMax = 0, 0
+	}
 	if o.FS.AcRegMin > o.FS.AcRegMax || o.FS.AcDirMin > o.FS.AcDirMax {
 		return nil, &OptionError{Option: "acregmin/acdirmin", Reason: "a minimum above its maximum"}
 	}
