@@ -816,3 +816,34 @@ func TestControlDirs(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupCacheNone: with lookupcache=none a name removed on the server
+// is gone at the next lookup; with the default it stays cached.
+func TestLookupCacheNone(t *testing.T) {
+	requireFUSE(t)
+	srv := fusefstest.Start(t, fusefstest.Disk)
+	for _, tc := range []struct {
+		opts   string
+		cached bool
+	}{{"lookupcache=none", false}, {"lookupcache=all", true}} {
+		dir := t.TempDir()
+		if code, _, errs := cli("nfsrdma-mount", "-o", tcpOpts(srv, tc.opts), "127.0.0.1:/", dir); code != 0 {
+			t.Fatalf("mount: %s", errs)
+		}
+		name := "lc-" + filepath.Base(dir)
+		if err := os.WriteFile(filepath.Join(srv.Dir, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("%s: %v", tc.opts, err)
+		}
+		os.Remove(filepath.Join(srv.Dir, name))
+		_, err := os.Stat(filepath.Join(dir, name))
+		if cached := err == nil; cached != tc.cached {
+			t.Errorf("%s: stat of a name removed on the server: %v", tc.opts, err)
+		}
+		if code, _, errs := cli("nfsrdma-mount", "-u", dir); code != 0 {
+			t.Fatalf("unmount: %s", errs)
+		}
+	}
+}
