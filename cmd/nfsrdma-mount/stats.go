@@ -200,7 +200,8 @@ func writeMountstats(w io.Writer, s *snapshot) {
 // statsCommand is "nfsrdma-mount stats".
 func statsCommand(name string, inv *invocation, stdout, stderr io.Writer) int {
 	dirs := inv.dirs
-	if len(dirs) == 0 {
+	all := len(dirs) == 0
+	if all {
 		seen := map[string]bool{}
 		for _, e := range nfsrdmaMounts() {
 			if !seen[e.Point] {
@@ -242,6 +243,11 @@ func statsCommand(name string, inv *invocation, stdout, stderr io.Writer) int {
 	}
 	snaps, ok := fetch()
 	print(snaps, nil)
+	if all && len(snaps) > 0 {
+		// Of every mount, those no server of ours answers for (another
+		// user's, a program's own) are only noted.
+		ok = true
+	}
 	if inv.interval == 0 {
 		if !ok {
 			return exitMountErr
