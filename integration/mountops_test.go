@@ -332,6 +332,15 @@ func TestMountOpsUserFstab(t *testing.T) {
 	bin := mountBinary(t)
 	addUsers(t)
 	helperLinks(t, bin, "mount.nfsrdma")
+	// fusermount3 opens /dev/fuse as the user: udev makes it 0666 on a
+	// normal system; the bed has no udev.
+	if fi, err := os.Stat("/dev/fuse"); err == nil && fi.Mode().Perm() != 0o666 {
+		old := fi.Mode().Perm()
+		if err := os.Chmod("/dev/fuse", 0o666); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod("/dev/fuse", old) })
+	}
 	// A directory the users can reach (t.TempDir's parent is 0700).
 	base, err := os.MkdirTemp("/tmp", "mountops-user-")
 	if err != nil {
