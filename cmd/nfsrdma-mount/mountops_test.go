@@ -347,7 +347,12 @@ func TestBackground(t *testing.T) {
 		t.Fatalf("mounted before the server is up: %s", typ)
 	}
 	startProxy(t, port, net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port)))
-	for deadline := time.Now().Add(20 * time.Second); mountType(t, dir) != fsType; time.Sleep(50 * time.Millisecond) {
+	// Live once its server answers (the kernel lists the mount a moment
+	// before go-fuse is done with it).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, _, _ := cli("nfsrdma-mount", "stats", dir); code == 0 && mountType(t, dir) == fsType {
+			break
+		}
 		if time.Now().After(deadline) {
 			t.Fatal("the background server did not mount once the NFS server was up")
 		}
