@@ -299,7 +299,8 @@ func asUser(t *testing.T, uid int, env []string, name string, args ...string) (i
 		return ee.ExitCode(), string(out)
 	}
 	if err != nil {
-		t.Fatalf("%s as uid %d: %v", name, uid, err)
+		// Not run at all (execve refused: noexec).
+		return -1, err.Error()
 	}
 	return 0, string(out)
 }
@@ -389,8 +390,17 @@ func TestMountOpsUserFstab(t *testing.T) {
 	if code, out := asUser(t, 1001, nil, "/bin/sh", "-c", `printf '#!/bin/sh\necho ran\n' > "$0" && chmod 755 "$0"`, script); code != 0 {
 		t.Fatalf("writing as uid 1001: %s", out)
 	}
-	if code, out := asUser(t, 1001, nil, script); code == 0 || strings.Contains(out, "ran") {
-		t.Errorf("a script on a noexec mount ran: exit %d: %s", code, out)
+	if code, out := asUser(t, 1001, nil, script); code == 0 || !strings.Contains(out, "permission denied") {
+		t.Errorf("a script on a noexec mount: exit %d: %s", code, out)
+	} else {
+		t.Logf("running a script on the noexec mount: %s", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(exportDir, filepath.Base(script))); err != nil || !strings.Contains(string(b), "echo ran") {
+		t.Errorf("the user's script on the server: %q %v", b, err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(exportDir, filepath.Base(script)), &st); err != nil || st.Uid != 1001 {
+		t.Errorf("the user's script is owned by %d on the server (%v), want 1001", st.Uid, err)
 	}
 	if code, out := asUser(t, 1001, nil, bin, "-u", dir); code != 0 || mountType(t, dir) != "" {
 		t.Fatalf("nfsrdma-mount -u as uid 1001: exit %d: %s", code, out)
