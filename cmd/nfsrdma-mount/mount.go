@@ -226,7 +226,9 @@ func (m *mountServer) connect(ctx context.Context, fab verbs.Fabric) (nfs3.FileH
 }
 
 func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root nfs3.FileHandle, err error) {
-	tcpOpts := &sunrpc.TCPOptions{Logger: m.log}
+	// resvport (the default): MOUNT and NFS over TCP from a port below
+	// 1024 when the process may bind one, as exports(5)'s "secure" needs.
+	tcpOpts := &sunrpc.TCPOptions{Logger: m.log, NoResvPort: m.opts.NoResvPort}
 	ip, err := resolve(ctx, m.host, m.opts.IPv6)
 	if err != nil {
 		return nil, err
@@ -355,6 +357,10 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	}
 	fsOpts := m.opts.FS
 	fsOpts.Logger = m.log
+	if m.opts.UID != nil || m.opts.GID != nil {
+		// uid= or gid= name the one identity every call carries.
+		fsOpts.CallerIdentity = false
+	}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	m.fsys, err = fusefs.New(actx, m.client, root, &fsOpts)
 	cancel()
@@ -466,7 +472,7 @@ func (m *mountServer) release() {
 		if m.addr.IsValid() {
 			host = m.addr.String()
 		}
-		if mc, err := nfs3.DialMount(ctx, host, m.opts.MountPort, m.cred, &sunrpc.TCPOptions{Logger: m.log}); err == nil {
+		if mc, err := nfs3.DialMount(ctx, host, m.opts.MountPort, m.cred, &sunrpc.TCPOptions{Logger: m.log, NoResvPort: m.opts.NoResvPort}); err == nil {
 			if err := mc.Umnt(ctx, m.export); err != nil {
 				m.log.Debug("UMNT", "err", err)
 			}
