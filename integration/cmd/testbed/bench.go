@@ -22,9 +22,11 @@ func benchBaseline(ctx context.Context, args []string) (int, error) {
 	return runBench(ctx, "bench-baseline", "baseline", false, args)
 }
 
-// benchFull measures, in one guest run, the ceiling, the kernel client and
-// nfsrdma itself (verbs, transport, NFS client) with the ratios between
-// them, and writes results/bench.json and results/bench.md.
+// benchFull runs, in one guest run, the workload matrix (everyday work on
+// the kernel's NFSv3/RDMA mount and on nfsrdma-mount, side by side), then
+// nfsrdma's library and transport beside perftest and the kernel client,
+// and writes results/bench.json, results/bench.md and the chart of the
+// matrix's ratios, results/bench.png.
 func benchFull(ctx context.Context, args []string) (int, error) {
 	return runBench(ctx, "bench", "bench", true, args)
 }
@@ -33,12 +35,19 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	out := fs.String("out", "results", "results directory (under the current directory, which is shared with the guest)")
 	size := fs.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
-	timeout := fs.Duration("timeout", 30*time.Minute, "guest timeout")
+	defTimeout := 30 * time.Minute
+	if full {
+		defTimeout = 75 * time.Minute // the matrix's three rounds take about 45
+	}
+	timeout := fs.Duration("timeout", defTimeout, "guest timeout")
 	var cmpSize, passes, rounds *int
+	var quick, library *bool
 	if full {
 		cmpSize = fs.Int("compare-size", 64, "file size in MiB of the transport and NFS-level comparisons (ours and the kernel's)")
 		passes = fs.Int("passes", 2, "times each comparison covers its file")
-		rounds = fs.Int("rounds", 5, "rounds of paired measurements, each figure the median of its rounds")
+		rounds = fs.Int("rounds", 3, "rounds of paired measurements, each ratio the median of its rounds' ratios")
+		quick = fs.Bool("quick", false, "one round of smaller sizes, for development")
+		library = fs.Bool("library", true, "after the matrix, measure the library and transport beside perftest and the kernel client")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
@@ -81,8 +90,14 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	os.Remove(jsonPath) // never mistake an old report for this run's
 	gargs := []string{filepath.Join(rel, ".bin", "benchguest"), "-out", filepath.Join(rel, report+".json"), "-size", fmt.Sprint(*size)}
 	if full {
-		gargs = append(gargs, "-full", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
+		gargs = append(gargs, "-matrix", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
 			"-nfsrdma-mount", filepath.Join(rel, ".bin", "nfsrdma-mount"))
+		if *library {
+			gargs = append(gargs, "-full")
+		}
+		if *quick {
+			gargs = append(gargs, "-quick")
+		}
 	}
 	// The guest's vCPUs are host threads: a busy host skews every figure,
 	// so the report says how busy it was.
@@ -109,6 +124,16 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 		return 1, err
 	}
 	fmt.Fprintf(os.Stderr, "[testbed] wrote %s and %s\n", jsonPath, mdPath)
+	if len(r.Matrix) > 0 {
+		png := filepath.Join(dir, report+".png")
+		title := fmt.Sprintf("nfsrdma-mount against the kernel's NFSv3/RDMA mount, %s", r.When.Format("2006-01-02 15:04 UTC"))
+		if err := bench.WriteChart(r.Matrix, title, png); err != nil {
+			return 1, fmt.Errorf("%s: chart: %w", cmd, err)
+		}
+		fmt.Fprintf(os.Stderr, "[testbed] wrote %s\n", png)
+		// The matrix, for the terminal.
+		r.WriteMatrix(os.Stdout)
+	}
 	return code, nil
 }
 
