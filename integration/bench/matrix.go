@@ -54,7 +54,7 @@ type MatrixPlan struct {
 func DefaultMatrixPlan() MatrixPlan {
 	return MatrixPlan{
 		Rounds: 3, FioRuntime: 5, FioFileMiB: 64, BufWriteMiB: 128, DirtyBytes: 32 << 20,
-		SmallFiles: 2000, SmallDirs: 40, SmallKiB: 4, Dirs: 1000, Renames: 1000, TreeFiles: 1000, BigDir: 10000,
+		SmallFiles: 2000, SmallDirs: 40, SmallKiB: 4, Dirs: 1000, Renames: 1000, TreeFiles: 600, BigDir: 10000,
 		Nconnect: []int{1, 2, 4}, StepTimeout: 5 * time.Minute,
 	}
 }
@@ -100,6 +100,9 @@ type RowRPC struct {
 	// procedure, over all rounds; Total their sum.
 	PerOp map[string]float64 `json:"per_op"`
 	Total float64            `json:"total"`
+	// Payload is the mean bytes per READ reply and per WRITE call
+	// (headers included), over all rounds.
+	Payload map[string]float64 `json:"payload_bytes,omitempty"`
 	// Last is the raw counts of the last round that measured, and Units
 	// the work they were for.
 	Last  RPCCounts `json:"last"`
@@ -300,7 +303,8 @@ func (f fioSpec) args(file string, p MatrixPlan) []string {
 	if f.direct {
 		a = append(a, "--direct=1", "--ioengine=libaio", fmt.Sprintf("--iodepth=%d", f.depth))
 	} else {
-		a = append(a, "--direct=0", "--ioengine=psync")
+		// --invalidate=0: fio would drop the file's cached pages first.
+		a = append(a, "--direct=0", "--ioengine=psync", "--invalidate=0")
 	}
 	if f.mixRead > 0 {
 		a = append(a, fmt.Sprintf("--rwmixread=%d", f.mixRead))
@@ -677,7 +681,8 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 			kern.dir, ours.dir = fmt.Sprintf("/mnt/bench-kernel-nc%d", n), fmt.Sprintf("/mnt/bench-ours-nc%d", n)
 			if err := ours.mount(ctx); errors.Is(err, ErrNconnect) {
 				g.logf("nconnect=%d: %v", n, err)
-				unsupported[n] = "not supported: " + strings.TrimPrefix(err.Error(), ours.name+": ")
+				g.Report.Note("nconnect=%d: %v", n, err)
+				unsupported[n] = "not supported"
 				for _, w := range ws {
 					cellOf(w).unsupported = unsupported[n]
 				}
@@ -886,7 +891,8 @@ func rowRPC(name string, ss []*sample) RowRPC {
 			continue
 		}
 		for op, n := range s.rpcs {
-			sum[op] += n
+			t := sum[op]
+			sum[op] = OpCount{Calls: t.Calls + n.Calls, Sent: t.Sent + n.Sent, Recv: t.Recv + n.Recv}
 		}
 		units += s.units
 		r.Last, r.Units = s.rpcs, s.units
@@ -895,8 +901,14 @@ func rowRPC(name string, ss []*sample) RowRPC {
 		return r
 	}
 	for op, n := range sum {
-		r.PerOp[op] = float64(n) / float64(units)
-		r.Total += float64(n) / float64(units)
+		r.PerOp[op] = float64(n.Calls) / float64(units)
+		r.Total += float64(n.Calls) / float64(units)
+		if b := sum.Payload(op); b > 0 {
+			if r.Payload == nil {
+				r.Payload = map[string]float64{}
+			}
+			r.Payload[op] = b
+		}
 	}
 	return r
 }

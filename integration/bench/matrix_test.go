@@ -56,22 +56,28 @@ func TestParseMountstats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := RPCCounts{"NULL": 1, "GETATTR": 3, "SETATTR": 0, "LOOKUP": 12, "READDIRPLUS": 2}
+	want := map[string]uint64{"NULL": 1, "GETATTR": 3, "SETATTR": 0, "LOOKUP": 12, "READDIRPLUS": 2}
 	if len(c) != len(want) {
 		t.Fatalf("counts %v, want %v", c, want)
 	}
 	for op, n := range want {
-		if c[op] != n {
-			t.Errorf("%s = %d, want %d", op, c[op], n)
+		if c[op].Calls != n {
+			t.Errorf("%s = %d, want %d", op, c[op].Calls, n)
 		}
+	}
+	if c["LOOKUP"].Sent != 1400 || c["LOOKUP"].Recv != 2200 {
+		t.Errorf("LOOKUP bytes: %+v", c["LOOKUP"])
 	}
 	if _, err := ParseMountstats(mountstats, "/mnt/none"); err == nil {
 		t.Error("a mount that is not there parsed")
 	}
-	after := RPCCounts{"NULL": 1, "GETATTR": 5, "LOOKUP": 12, "READ": 7}
+	after := RPCCounts{"NULL": {Calls: 1}, "GETATTR": {Calls: 5, Sent: 512, Recv: 636}, "LOOKUP": {Calls: 12}, "READ": {Calls: 7, Recv: 7 * 4200}}
 	d := after.Sub(c)
-	if len(d) != 2 || d["GETATTR"] != 2 || d["READ"] != 7 || d.Total() != 9 {
+	if len(d) != 2 || d["GETATTR"] != (OpCount{2, 200, 300}) || d["READ"].Calls != 7 || d.Total() != 9 {
 		t.Errorf("diff %v", d)
+	}
+	if d.Payload("READ") != 4200 || d.Payload("GETATTR") != 0 {
+		t.Errorf("payload %v %v", d.Payload("READ"), d.Payload("GETATTR"))
 	}
 	if ops := d.Ops(); len(ops) != 2 || ops[0] != "READ" {
 		t.Errorf("ops by count: %v", ops)
@@ -83,13 +89,13 @@ func TestParseOurStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c) != 3 || c["GETATTR"] != 4 || c["LOOKUP"] != 10 || c["MOUNT/1"] != 1 {
+	if len(c) != 3 || c["GETATTR"] != (OpCount{4, 400, 500}) || c["LOOKUP"].Calls != 10 || c["MOUNT/1"].Calls != 1 {
 		t.Fatalf("counts %v", c)
 	}
 	// The mountstats layout, should the mount helper take it up.
 	ms := strings.Replace(mountstats, "/mnt/bench-kernel with fstype nfs", "/mnt/bench-ours with fstype fuse.nfsrdma", 1)
 	c, err = ParseOurStats(ms[strings.Index(ms, "device 10.99.0.1:/export mounted on /mnt/bench-ours"):])
-	if err != nil || c["LOOKUP"] != 12 || c["READDIRPLUS"] != 2 {
+	if err != nil || c["LOOKUP"].Calls != 12 || c["READDIRPLUS"].Calls != 2 {
 		t.Fatalf("mountstats layout: %v, %v", c, err)
 	}
 	// A mount with no call yet.
@@ -110,8 +116,8 @@ func TestBuildRows(t *testing.T) {
 	}
 	cells := []*cell{
 		{w: tput,
-			kernel: []*sample{s(100, 500, RPCCounts{"READ": 500}), s(200, 1000, RPCCounts{"READ": 1000}), s(100, 500, RPCCounts{"READ": 500})},
-			ours:   []*sample{s(50, 250, RPCCounts{"READ": 250, "GETATTR": 250}), s(300, 1500, RPCCounts{"READ": 1500}), nil}},
+			kernel: []*sample{s(100, 500, RPCCounts{"READ": {500, 0, 500 * 4096}}), s(200, 1000, RPCCounts{"READ": {1000, 0, 1000 * 4096}}), s(100, 500, RPCCounts{"READ": {500, 0, 500 * 4096}})},
+			ours:   []*sample{s(50, 250, RPCCounts{"READ": {250, 0, 250 << 20}, "GETATTR": {Calls: 250}}), s(300, 1500, RPCCounts{"READ": {1500, 0, 1500 << 20}}), nil}},
 		{w: tm,
 			kernel: []*sample{s(10, 100, nil), s(10, 100, nil), s(10, 100, nil)},
 			ours:   []*sample{s(5, 100, nil), s(20, 100, nil), s(10, 100, nil)}},
@@ -141,7 +147,7 @@ func TestBuildRows(t *testing.T) {
 	rep := &Report{Matrix: rows}
 	var md strings.Builder
 	rep.WriteMarkdown(&md)
-	for _, want := range []string{"### fio direct", "### small files", "**1.00x**", "0.50-1.50", "not supported", "READ 1.00", "1500 units: READ 1500"} {
+	for _, want := range []string{"### fio direct", "### small files", "**1.00x**", "0.50-1.50", "not supported", "READ 1.00 (4.0 KiB each)", "1500 units: READ 1500 (1.00 MiB each)"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

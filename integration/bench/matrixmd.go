@@ -22,7 +22,8 @@ func writeMatrix(w io.Writer, rows []MatrixRow) {
 	fmt.Fprintln(w, "Ratio: above 1 means nfsrdma-mount is better (throughput ours/kernel, or time kernel/ours); it is the median")
 	fmt.Fprintln(w, "of the per-round ratios, the spread their min-max. Kernel and nfsrdma-mount figures are medians of their rounds.")
 	fmt.Fprintln(w, "RPCs: per unit of work (I/O, file, directory, entry, MiB), each client's own count (the kernel's from")
-	fmt.Fprintln(w, "/proc/self/mountstats, nfsrdma-mount's from `nfsrdma-mount stats`), over all rounds.")
+	fmt.Fprintln(w, "/proc/self/mountstats, nfsrdma-mount's from `nfsrdma-mount stats`), over all rounds; \"each\" is the mean size of")
+	fmt.Fprintln(w, "a READ reply or a WRITE call, headers included (read amplification and small WRITEs show there).")
 	fmt.Fprintln(w)
 	gm, n := GeoMean(rows)
 	var below []string
@@ -138,7 +139,11 @@ func fmtPerOp(r RowRPC, per string) string {
 			parts = append(parts, "...")
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%s %s", op, fmtRate(r.PerOp[op])))
+		part := fmt.Sprintf("%s %s", op, fmtRate(r.PerOp[op]))
+		if b := r.Payload[op]; b > 0 {
+			part += fmt.Sprintf(" (%s each)", fmtBytes(b))
+		}
+		parts = append(parts, part)
 	}
 	return fmt.Sprintf("%s/%s: %s", fmtRate(r.Total), per, strings.Join(parts, ", "))
 }
@@ -160,10 +165,25 @@ func fmtCounts(r RowRPC) string {
 	}
 	var parts []string
 	for _, op := range r.Last.Ops() {
-		parts = append(parts, fmt.Sprintf("%s %d", op, r.Last[op]))
+		part := fmt.Sprintf("%s %d", op, r.Last[op].Calls)
+		if b := r.Last.Payload(op); b > 0 {
+			part += fmt.Sprintf(" (%s each)", fmtBytes(b))
+		}
+		parts = append(parts, part)
 	}
 	if len(parts) == 0 {
 		parts = []string{"none"}
 	}
 	return fmt.Sprintf("%d units: %s", r.Units, strings.Join(parts, ", "))
+}
+
+// fmtBytes is a byte count in B, KiB or MiB.
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
 }

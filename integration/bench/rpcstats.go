@@ -9,37 +9,62 @@ import (
 	"strings"
 )
 
+// OpCount is one procedure's calls and the bytes of their call and reply
+// messages (bulk data included), as the client counts them.
+type OpCount struct {
+	Calls uint64 `json:"calls"`
+	Sent  uint64 `json:"sent,omitempty"`
+	Recv  uint64 `json:"recv,omitempty"`
+}
+
 // RPCCounts are the RPCs a client sent, by procedure name ("READ",
 // "GETATTR"...), as counted by the client itself.
-type RPCCounts map[string]uint64
+type RPCCounts map[string]OpCount
 
-// Sub returns c less an earlier snapshot (counts that did not grow are
-// left out).
+// Sub returns c less an earlier snapshot (procedures whose calls did not
+// grow are left out).
 func (c RPCCounts) Sub(before RPCCounts) RPCCounts {
 	d := RPCCounts{}
 	for op, n := range c {
-		if n > before[op] {
-			d[op] = n - before[op]
+		b := before[op]
+		if n.Calls > b.Calls {
+			d[op] = OpCount{Calls: n.Calls - b.Calls, Sent: n.Sent - min(b.Sent, n.Sent), Recv: n.Recv - min(b.Recv, n.Recv)}
 		}
 	}
 	return d
 }
 
-// Total is the sum over every procedure.
+// Total is the calls of every procedure.
 func (c RPCCounts) Total() uint64 {
 	var t uint64
 	for _, n := range c {
-		t += n
+		t += n.Calls
 	}
 	return t
+}
+
+// Payload is the mean bytes per call that carry a data procedure's data:
+// a READ's reply, a WRITE's call; 0 for other procedures.
+func (c RPCCounts) Payload(op string) float64 {
+	n := c[op]
+	if n.Calls == 0 {
+		return 0
+	}
+	switch op {
+	case "READ":
+		return float64(n.Recv) / float64(n.Calls)
+	case "WRITE":
+		return float64(n.Sent) / float64(n.Calls)
+	}
+	return 0
 }
 
 // Ops are the procedure names, the most called first.
 func (c RPCCounts) Ops() []string {
 	ops := slices.Collect(maps.Keys(c))
 	slices.SortFunc(ops, func(a, b string) int {
-		if c[a] != c[b] {
-			if c[a] > c[b] {
+		if c[a].Calls != c[b].Calls {
+			if c[a].Calls > c[b].Calls {
 				return -1
 			}
 			return 1
@@ -111,25 +136,41 @@ func parsePerOp(text string) (RPCCounts, error) {
 		if len(f) == 0 {
 			continue
 		}
-		var s string
-		if _, err := strconv.ParseUint(f[0], 10, 64); err == nil {
-			s = f[0] // mountstats: ops transmissions timeouts bytes...
+		num := func(i int) (uint64, bool) {
+			if i >= len(f) {
+				return 0, false
+			}
+			n, err := strconv.ParseUint(f[i], 10, 64)
+			return n, err == nil
+		}
+		var n OpCount
+		if calls, ok := num(0); ok {
+			// mountstats: ops transmissions timeouts bytes_sent
+			// bytes_recv queue rtt execute [errors]
+			n.Calls = calls
+			n.Sent, _ = num(3)
+			n.Recv, _ = num(4)
 		} else {
+			found := false
 			for i := 0; i+1 < len(f); i++ {
-				if f[i] == "calls" {
-					s = f[i+1]
-					break
+				v, ok := num(i + 1)
+				if !ok {
+					continue
+				}
+				switch f[i] {
+				case "calls":
+					n.Calls, found = v, true
+				case "sent":
+					n.Sent = v
+				case "recv":
+					n.Recv = v
 				}
 			}
+			if !found {
+				return nil, fmt.Errorf("bench: per-op line without a count: %q", line)
+			}
 		}
-		if s == "" {
-			return nil, fmt.Errorf("bench: per-op line without a count: %q", line)
-		}
-		n, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("bench: per-op line %q: %w", line, err)
-		}
-		c[name] += n
+		c[name] = OpCount{Calls: c[name].Calls + n.Calls, Sent: c[name].Sent + n.Sent, Recv: c[name].Recv + n.Recv}
 	}
 	if !in {
 		return nil, fmt.Errorf("bench: no per-op statistics in:\n%s", text)

@@ -102,13 +102,18 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	// The guest's vCPUs are host threads: a busy host skews every figure,
 	// so the report says how busy it was.
 	loadBefore := hostLoad()
-	code, err := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs})
-	if err != nil {
-		return code, err
-	}
+	code, runErr := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs})
 	r, rerr := bench.ReadJSON(jsonPath)
 	if rerr != nil {
+		if runErr != nil {
+			return code, runErr
+		}
 		return 1, fmt.Errorf("%s: the guest wrote no report: %w", cmd, rerr)
+	}
+	if runErr != nil {
+		// The matrix saves each round as it ends: report what there is.
+		r.Errors = append(r.Errors, fmt.Sprintf("the guest run failed (the report is partial): %v", runErr))
+		code = max(code, 1)
 	}
 	r.Note("host load average (1/5/15 min) before the guest: %s; after: %s; host CPUs: %d", loadBefore, hostLoad(), runtime.NumCPU())
 	if err := r.WriteJSON(jsonPath); err != nil {
