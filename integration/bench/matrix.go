@@ -671,31 +671,28 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 		ours.unmount()
 		for _, n := range p.Nconnect {
 			ws := nconnectWorkloads(n)
+			kern.nconnect, ours.nconnect = n, n
+			kern.dir, ours.dir = fmt.Sprintf("/mnt/bench-kernel-nc%d", n), fmt.Sprintf("/mnt/bench-ours-nc%d", n)
+			order = []*mclient{kern, ours}
+			if round%2 == 1 {
+				order = []*mclient{ours, kern}
+			}
+			if _, known := unsupported[n]; !known {
+				if err := ours.mount(ctx); errors.Is(err, ErrNconnect) {
+					g.logf("nconnect=%d: %v", n, err)
+					g.Report.Note("nconnect=%d: %v", n, err)
+					unsupported[n] = "not supported"
+				} else if err != nil {
+					g.fail(fmt.Sprintf("nconnect=%d mount", n), err)
+					continue
+				}
+			}
 			if why, ok := unsupported[n]; ok {
 				for _, w := range ws {
 					cellOf(w).unsupported = why
 				}
-				continue
-			}
-			kern.nconnect, ours.nconnect = n, n
-			kern.dir, ours.dir = fmt.Sprintf("/mnt/bench-kernel-nc%d", n), fmt.Sprintf("/mnt/bench-ours-nc%d", n)
-			if err := ours.mount(ctx); errors.Is(err, ErrNconnect) {
-				g.logf("nconnect=%d: %v", n, err)
-				g.Report.Note("nconnect=%d: %v", n, err)
-				unsupported[n] = "not supported"
-				for _, w := range ws {
-					cellOf(w).unsupported = unsupported[n]
-				}
 				// The kernel's side alone, for reference.
 				order = []*mclient{kern}
-			} else if err != nil {
-				g.fail(fmt.Sprintf("nconnect=%d mount", n), err)
-				continue
-			} else {
-				order = []*mclient{kern, ours}
-				if round%2 == 1 {
-					order = []*mclient{ours, kern}
-				}
 			}
 			if err := kern.mount(ctx); err != nil {
 				g.fail(fmt.Sprintf("nconnect=%d kernel mount", n), err)
