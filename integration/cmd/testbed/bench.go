@@ -116,30 +116,59 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 		code = max(code, 1)
 	}
 	r.Note("host load average (1/5/15 min) before the guest: %s; after: %s; host CPUs: %d", loadBefore, hostLoad(), runtime.NumCPU())
-	if err := r.WriteJSON(jsonPath); err != nil {
+	if err := writeReports(cmd, jsonPath, r); err != nil {
 		return 1, err
 	}
-	mdPath := filepath.Join(dir, report+".md")
+	return code, nil
+}
+
+// writeReports writes r as JSON at jsonPath and, beside it, as Markdown
+// (.md) and, when it has a matrix, the chart of its ratios (.png).
+func writeReports(cmd, jsonPath string, r *bench.Report) error {
+	if err := r.WriteJSON(jsonPath); err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(jsonPath, ".json")
+	mdPath := base + ".md"
 	md, err := os.Create(mdPath)
 	if err != nil {
-		return 1, err
+		return err
 	}
 	r.WriteMarkdown(md)
 	if err := md.Close(); err != nil {
-		return 1, err
+		return err
 	}
 	fmt.Fprintf(os.Stderr, "[testbed] wrote %s and %s\n", jsonPath, mdPath)
 	if len(r.Matrix) > 0 {
-		png := filepath.Join(dir, report+".png")
+		png := base + ".png"
 		title := fmt.Sprintf("nfsrdma-mount against the kernel's NFSv3/RDMA mount, %s", r.When.Format("2006-01-02 15:04 UTC"))
 		if err := bench.WriteChart(r.Matrix, title, png); err != nil {
-			return 1, fmt.Errorf("%s: chart: %w", cmd, err)
+			return fmt.Errorf("%s: chart: %w", cmd, err)
 		}
 		fmt.Fprintf(os.Stderr, "[testbed] wrote %s\n", png)
 		// The matrix, for the terminal.
 		r.WriteMatrix(os.Stdout)
 	}
-	return code, nil
+	return nil
+}
+
+// benchReport renders a saved report again (results/bench.json by
+// default): its Markdown and chart, e.g. after a guest run that was cut
+// short, or one run by hand with `testbed run ... benchguest -matrix`.
+func benchReport(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("bench-report", flag.ContinueOnError)
+	in := fs.String("json", "results/bench.json", "the report to render")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	r, err := bench.ReadJSON(*in)
+	if err != nil {
+		return 1, err
+	}
+	if err := writeReports("bench-report", *in, r); err != nil {
+		return 1, err
+	}
+	return 0, nil
 }
 
 // hostLoad is the host's load averages from /proc/loadavg.
