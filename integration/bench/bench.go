@@ -64,9 +64,12 @@ type Report struct {
 	When     time.Time `json:"when"`
 	Kernel   string    `json:"kernel"`
 	Measures []Measure `json:"measures"`
-	Ratios   []Ratio   `json:"ratios,omitempty"`
-	Notes    []string  `json:"notes,omitempty"` // context for the figures (transport counters, settings)
-	Errors   []string  `json:"errors,omitempty"`
+	// Matrix is the workload matrix: the kernel's mount against
+	// nfsrdma-mount (Guest.Matrix).
+	Matrix []MatrixRow `json:"matrix,omitempty"`
+	Ratios []Ratio     `json:"ratios,omitempty"`
+	Notes  []string    `json:"notes,omitempty"` // context for the figures (transport counters, settings)
+	Errors []string    `json:"errors,omitempty"`
 }
 
 // Add records a figure.
@@ -173,6 +176,14 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "# Test-bed benchmarks (%s, guest kernel %s)\n\n", r.When.Format(time.RFC3339), r.Kernel)
 	fmt.Fprintln(w, "TCG-emulated guest, 2 vCPUs, rxe0 on dummy0 (MTU 9000): compare only figures from the same run.")
 	fmt.Fprintln(w)
+	h := "##" // the level of the measures' and ratios' headings
+	if len(r.Matrix) > 0 {
+		h = "###"
+		writeMatrix(w, r.Matrix)
+		if len(r.Measures) > 0 {
+			fmt.Fprintf(w, "## The library and the transport beside their references\n\n")
+		}
+	}
 	groups := map[string][]Measure{}
 	var order []string
 	for _, m := range r.Measures {
@@ -182,15 +193,15 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		groups[m.Group] = append(groups[m.Group], m)
 	}
 	for _, g := range order {
-		fmt.Fprintf(w, "## %s\n\n| measure | value | unit | note |\n|---|---:|---|---|\n", g)
+		fmt.Fprintf(w, "%s %s\n\n| measure | value | unit | note |\n|---|---:|---|---|\n", h, g)
 		for _, m := range groups[g] {
 			fmt.Fprintf(w, "| %s | %.2f | %s | %s |\n", m.Name, m.Value, m.Unit, m.Note)
 		}
 		fmt.Fprintln(w)
 	}
 	if len(r.Ratios) > 0 {
-		fmt.Fprintf(w, "## Ratios (ours/reference)\n\nWith paired rounds, a ratio is the median of the rounds' own ratios.\n\n"+
-			"| ratio | value | target | met | rounds | ours | reference |\n|---|---:|---:|---|---|---|---|\n")
+		fmt.Fprintf(w, "%s Ratios (ours/reference)\n\nWith paired rounds, a ratio is the median of the rounds' own ratios.\n\n"+
+			"| ratio | value | target | met | rounds | ours | reference |\n|---|---:|---:|---|---|---|---|\n", h)
 		rs := append([]Ratio(nil), r.Ratios...)
 		sort.SliceStable(rs, func(i, j int) bool { return rs[i].Name < rs[j].Name })
 		for _, x := range rs {

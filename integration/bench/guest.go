@@ -38,6 +38,9 @@ type Guest struct {
 	// through it (mounted at FUSEMount, default Mount+"-fuse") beside the
 	// kernel client's fio.
 	MountBinary, FUSEMount string
+	// NoFUSECompare keeps Compare from measuring fio through
+	// MountBinary (the workload matrix, Guest.Matrix, covers it).
+	NoFUSECompare bool
 
 	series  []*series // Compare's figures, one value per round
 	latFile string    // the kernel client's file of small-READ latency

@@ -69,6 +69,7 @@ func ParsePerftestLat(out string) (typical, avg float64, err error) {
 type FioResult struct {
 	ReadMiBps, WriteMiBps float64
 	ReadIOPS, WriteIOPS   float64
+	IOs                   int64 // I/Os completed, reads and writes
 	Errors                int
 }
 
@@ -80,10 +81,12 @@ func ParseFio(out []byte) (FioResult, error) {
 			Read  struct {
 				BW   float64 `json:"bw"` // KiB/s
 				IOPS float64 `json:"iops"`
+				IOs  int64   `json:"total_ios"`
 			} `json:"read"`
 			Write struct {
 				BW   float64 `json:"bw"`
 				IOPS float64 `json:"iops"`
+				IOs  int64   `json:"total_ios"`
 			} `json:"write"`
 		} `json:"jobs"`
 	}
@@ -99,6 +102,7 @@ func ParseFio(out []byte) (FioResult, error) {
 		r.WriteMiBps += j.Write.BW / 1024
 		r.ReadIOPS += j.Read.IOPS
 		r.WriteIOPS += j.Write.IOPS
+		r.IOs += j.Read.IOs + j.Write.IOs
 		if j.Error != 0 {
 			r.Errors++
 		}

@@ -3,13 +3,17 @@
 // report.
 //
 // By default it measures the bed's ceiling (perftest) and the kernel's
-// NFSv3/RDMA client (fio). With -full it runs the kernel baseline, then
-// rounds in which nfsrdma itself — its verbs layer over rxe0, its transport
-// to knfsd, its NFS client — is measured right after each reference
-// (perftest, fio on the kernel client); each ratio is the median of the
-// rounds' own ratios. With -nfsrdma-mount, the rounds also run the kernel
-// client's fio jobs through that mount helper's FUSE mount; -fuse-only runs
-// just those pairs.
+// NFSv3/RDMA client (fio). With -matrix (and -nfsrdma-mount) it runs the
+// workload matrix: fio and small-file work on the kernel's NFSv3/RDMA mount
+// and on nfsrdma-mount side by side in -rounds rounds (-quick: one round of
+// smaller sizes). With -full it runs rounds in which nfsrdma itself — its
+// verbs layer over rxe0, its transport to knfsd, its NFS client — is
+// measured right after each reference (perftest, fio on the kernel
+// client); each ratio is the median of the rounds' own ratios. -full alone
+// runs the kernel baseline first and fio through -nfsrdma-mount in its
+// rounds; with -matrix it runs neither (the matrix covers both).
+// -fuse-only runs just the fio pairs of the kernel client and
+// nfsrdma-mount.
 package main
 
 import (
@@ -26,12 +30,14 @@ import (
 func main() {
 	out := flag.String("out", "results/baseline.json", "report path")
 	size := flag.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
-	full := flag.Bool("full", false, "also measure nfsrdma (verbs, transport, NFS client) and the ratios")
+	full := flag.Bool("full", false, "measure nfsrdma (verbs, transport, NFS client) beside perftest and the kernel client, and the ratios")
 	cmpSize := flag.Int("compare-size", 64, "with -full: file size in MiB of the NFS-level comparisons")
 	passes := flag.Int("passes", 2, "with -full: times each comparison covers its file")
 	rounds := flag.Int("rounds", 5, "with -full: rounds of paired measurements (figures are their medians)")
 	mountBin := flag.String("nfsrdma-mount", "", "with -full or -fuse-only: the nfsrdma-mount binary, to measure fio through it beside the kernel client")
 	fuseOnly := flag.Bool("fuse-only", false, "measure only fio through nfsrdma-mount beside the kernel client (paired rounds, ratios)")
+	matrix := flag.Bool("matrix", false, "run the workload matrix: the kernel's mount against -nfsrdma-mount")
+	quick := flag.Bool("quick", false, "with -matrix: one round of smaller sizes (-rounds is ignored), for development")
 	flag.Parse()
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "benchguest runs inside the test-bed guest: use 'testbed bench-baseline' or 'testbed bench'")
@@ -42,29 +48,52 @@ func main() {
 	g := &bench.Guest{Server: os.Getenv("TESTBED_SERVER"), Device: os.Getenv("TESTBED_DEVICE"), Export: os.Getenv("TESTBED_EXPORT"),
 		Mount: "/mnt/kernel-nfs", FileMiB: *size, Log: os.Stdout, Report: r}
 	g.MountBinary = *mountBin
-	if *fuseOnly {
+	switch {
+	case *fuseOnly:
 		g.Plan = bench.DefaultPlan()
 		g.Plan.FileMiB, g.Plan.Passes, g.Plan.Rounds = *cmpSize, *passes, *rounds
 		r.Note("plan of the paired rounds: %+v", g.Plan)
 		g.CompareFUSE(ctx)
-	} else if !*full {
-		g.Perftest(ctx)
-		g.KernelNFS(ctx)
-	} else {
-		g.Plan = bench.DefaultPlan()
-		g.Plan.FileMiB, g.Plan.Passes, g.Plan.Rounds = *cmpSize, *passes, *rounds
-		r.Note("plan of the paired rounds: %+v", g.Plan)
-		g.KernelNFS(ctx)
-		fab, err := ibv.Open()
-		if err != nil {
-			r.Errors = append(r.Errors, fmt.Sprintf("verbs/ibv: %v", err))
-		} else {
-			g.Fabric = fab
-			g.Compare(ctx)
-			if live := fab.Live(); !live.Zero() {
-				r.Errors = append(r.Errors, fmt.Sprintf("verbs resources left after the runs: %+v", live))
+	case *matrix || *full:
+		if *matrix {
+			p := bench.DefaultMatrixPlan()
+			p.Rounds = *rounds
+			if *quick {
+				p = bench.QuickMatrixPlan()
+			}
+			// Each round's figures are saved as they come: a guest that
+			// runs out of time still leaves them.
+			g.Matrix(ctx, p, func() {
+				if err := r.WriteJSON(*out); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+			})
+			g.NoFUSECompare = true
+		}
+		if *full {
+			g.Plan = bench.DefaultPlan()
+			g.Plan.FileMiB, g.Plan.Passes, g.Plan.Rounds = *cmpSize, *passes, *rounds
+			if *quick {
+				g.Plan.FileMiB, g.Plan.Passes, g.Plan.Rounds = 16, 1, 1
+			}
+			r.Note("plan of the paired rounds: %+v", g.Plan)
+			if !*matrix {
+				g.KernelNFS(ctx)
+			}
+			fab, err := ibv.Open()
+			if err != nil {
+				r.Errors = append(r.Errors, fmt.Sprintf("verbs/ibv: %v", err))
+			} else {
+				g.Fabric = fab
+				g.Compare(ctx)
+				if live := fab.Live(); !live.Zero() {
+					r.Errors = append(r.Errors, fmt.Sprintf("verbs resources left after the runs: %+v", live))
+				}
 			}
 		}
+	default:
+		g.Perftest(ctx)
+		g.KernelNFS(ctx)
 	}
 	if err := r.WriteJSON(*out); err != nil {
 		fmt.Fprintln(os.Stderr, err)

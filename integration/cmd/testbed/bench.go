@@ -22,9 +22,11 @@ func benchBaseline(ctx context.Context, args []string) (int, error) {
 	return runBench(ctx, "bench-baseline", "baseline", false, args)
 }
 
-// benchFull measures, in one guest run, the ceiling, the kernel client and
-// nfsrdma itself (verbs, transport, NFS client) with the ratios between
-// them, and writes results/bench.json and results/bench.md.
+// benchFull runs, in one guest run, the workload matrix (everyday work on
+// the kernel's NFSv3/RDMA mount and on nfsrdma-mount, side by side), then
+// nfsrdma's library and transport beside perftest and the kernel client,
+// and writes results/bench.json, results/bench.md and the chart of the
+// matrix's ratios, results/bench.png.
 func benchFull(ctx context.Context, args []string) (int, error) {
 	return runBench(ctx, "bench", "bench", true, args)
 }
@@ -33,12 +35,19 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	out := fs.String("out", "results", "results directory (under the current directory, which is shared with the guest)")
 	size := fs.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
-	timeout := fs.Duration("timeout", 30*time.Minute, "guest timeout")
+	defTimeout := 30 * time.Minute
+	if full {
+		defTimeout = 75 * time.Minute // the matrix's three rounds take about 45
+	}
+	timeout := fs.Duration("timeout", defTimeout, "guest timeout")
 	var cmpSize, passes, rounds *int
+	var quick, library *bool
 	if full {
 		cmpSize = fs.Int("compare-size", 64, "file size in MiB of the transport and NFS-level comparisons (ours and the kernel's)")
 		passes = fs.Int("passes", 2, "times each comparison covers its file")
-		rounds = fs.Int("rounds", 5, "rounds of paired measurements, each figure the median of its rounds")
+		rounds = fs.Int("rounds", 3, "rounds of paired measurements, each ratio the median of its rounds' ratios")
+		quick = fs.Bool("quick", false, "one round of smaller sizes, for development")
+		library = fs.Bool("library", true, "after the matrix, measure the library and transport beside perftest and the kernel client")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
@@ -81,35 +90,85 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	os.Remove(jsonPath) // never mistake an old report for this run's
 	gargs := []string{filepath.Join(rel, ".bin", "benchguest"), "-out", filepath.Join(rel, report+".json"), "-size", fmt.Sprint(*size)}
 	if full {
-		gargs = append(gargs, "-full", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
+		gargs = append(gargs, "-matrix", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
 			"-nfsrdma-mount", filepath.Join(rel, ".bin", "nfsrdma-mount"))
+		if *library {
+			gargs = append(gargs, "-full")
+		}
+		if *quick {
+			gargs = append(gargs, "-quick")
+		}
 	}
 	// The guest's vCPUs are host threads: a busy host skews every figure,
 	// so the report says how busy it was.
 	loadBefore := hostLoad()
-	code, err := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs})
-	if err != nil {
-		return code, err
-	}
+	code, runErr := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs})
 	r, rerr := bench.ReadJSON(jsonPath)
 	if rerr != nil {
+		if runErr != nil {
+			return code, runErr
+		}
 		return 1, fmt.Errorf("%s: the guest wrote no report: %w", cmd, rerr)
 	}
+	if runErr != nil {
+		// The matrix saves each round as it ends: report what there is.
+		r.Errors = append(r.Errors, fmt.Sprintf("the guest run failed (the report is partial): %v", runErr))
+		code = max(code, 1)
+	}
 	r.Note("host load average (1/5/15 min) before the guest: %s; after: %s; host CPUs: %d", loadBefore, hostLoad(), runtime.NumCPU())
-	if err := r.WriteJSON(jsonPath); err != nil {
+	if err := writeReports(cmd, jsonPath, r); err != nil {
 		return 1, err
 	}
-	mdPath := filepath.Join(dir, report+".md")
+	return code, nil
+}
+
+// writeReports writes r as JSON at jsonPath and, beside it, as Markdown
+// (.md) and, when it has a matrix, the chart of its ratios (.png).
+func writeReports(cmd, jsonPath string, r *bench.Report) error {
+	if err := r.WriteJSON(jsonPath); err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(jsonPath, ".json")
+	mdPath := base + ".md"
 	md, err := os.Create(mdPath)
 	if err != nil {
-		return 1, err
+		return err
 	}
 	r.WriteMarkdown(md)
 	if err := md.Close(); err != nil {
-		return 1, err
+		return err
 	}
 	fmt.Fprintf(os.Stderr, "[testbed] wrote %s and %s\n", jsonPath, mdPath)
-	return code, nil
+	if len(r.Matrix) > 0 {
+		png := base + ".png"
+		title := fmt.Sprintf("nfsrdma-mount against the kernel's NFSv3/RDMA mount, %s", r.When.Format("2006-01-02 15:04 UTC"))
+		if err := bench.WriteChart(r.Matrix, title, png); err != nil {
+			return fmt.Errorf("%s: chart: %w", cmd, err)
+		}
+		fmt.Fprintf(os.Stderr, "[testbed] wrote %s\n", png)
+		// The matrix, for the terminal.
+		r.WriteMatrix(os.Stdout)
+	}
+	return nil
+}
+
+// benchReport renders a saved report again (results/bench.json by
+// default): its Markdown and chart, e.g. after a guest run that was cut
+// short, or one run by hand with `testbed run ... benchguest -matrix`.
+func benchReport(ctx context.Context, args []string) (int, error) {
+	fs := flag.NewFlagSet("bench-report", flag.ContinueOnError)
+	in := fs.String("json", "results/bench.json", "the report to render")
+	if err := fs.Parse(args); err != nil {
+		return 2, nil
+	}
+	r, err := bench.ReadJSON(*in)
+	if err != nil {
+		return 1, err
+	}
+	if err := writeReports("bench-report", *in, r); err != nil {
+		return 1, err
+	}
+	return 0, nil
 }
 
 // hostLoad is the host's load averages from /proc/loadavg.

@@ -7,7 +7,7 @@
 //	testbed shell [flags]              boot the guest with an interactive shell
 //	testbed host-deps                  install the host packages (qemu, debootstrap, rdma-core headers)
 //	testbed bench-baseline [flags]     perftest and fio on the kernel NFS/RDMA client, as JSON and Markdown
-//	testbed bench [flags]              bench-baseline plus nfsrdma's own figures and their ratios
+//	testbed bench [flags]              the workload matrix (kernel mount vs nfsrdma-mount), then nfsrdma's own figures and their ratios
 package main
 
 import (
@@ -31,7 +31,9 @@ func usage() {
   testbed shell [flags]              boot the guest with an interactive shell
   testbed host-deps                  install the host packages the bed and the cgo build need
   testbed bench-baseline [flags]     perftest and fio on the kernel NFS/RDMA client -> results/baseline.*
-  testbed bench [flags]              bench-baseline plus nfsrdma (verbs, transport, NFS client) and ratios -> results/bench.*
+  testbed bench [flags]              the workload matrix (kernel mount vs nfsrdma-mount; -quick, -rounds N),
+                                     then nfsrdma (verbs, transport, NFS client) and ratios -> results/bench.{md,json,png}
+  testbed bench-report [-json F]     render a saved report (results/bench.json) again as .md and .png
 
 run and shell flags:
   -share DIR      host directory mounted at /share in the guest (default: current directory)
@@ -99,6 +101,8 @@ func run(ctx context.Context, sub string, args []string) (int, error) {
 		return demo(ctx, args)
 	case "bench":
 		return benchFull(ctx, args)
+	case "bench-report":
+		return benchReport(ctx, args)
 	case "-h", "--help", "help":
 		usage()
 		return 0, nil

@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// WriteMatrix writes the report's matrix as Markdown (as WriteMarkdown
+// does, without the rest).
+func (r *Report) WriteMatrix(w io.Writer) {
+	if len(r.Matrix) > 0 {
+		writeMatrix(w, r.Matrix)
+	}
+}
+
+// writeMatrix writes the matrix: a summary against the targets, a table per
+// group, and the RPC counts of every workload.
+func writeMatrix(w io.Writer, rows []MatrixRow) {
+	fmt.Fprintf(w, "## Workload matrix: nfsrdma-mount against the kernel's NFSv3/RDMA mount\n\n")
+	fmt.Fprintln(w, "Ratio: above 1 means nfsrdma-mount is better (throughput ours/kernel, or time kernel/ours); it is the median")
+	fmt.Fprintln(w, "of the per-round ratios, the spread their min-max. Kernel and nfsrdma-mount figures are medians of their rounds.")
+	fmt.Fprintln(w, "RPCs: per unit of work (I/O, file, directory, entry, MiB), each client's own count (the kernel's from")
+	fmt.Fprintln(w, "/proc/self/mountstats, nfsrdma-mount's from `nfsrdma-mount stats`), over all rounds; \"each\" is the mean size of")
+	fmt.Fprintln(w, "a READ reply or a WRITE call, headers included (read amplification and small WRITEs show there).")
+	fmt.Fprintln(w)
+	gm, n := GeoMean(rows)
+	var below []string
+	for _, x := range rows {
+		if x.Ratio > 0 && !x.Met {
+			below = append(below, fmt.Sprintf("%s %.2fx (< %.1f)", x.Name, x.Ratio, x.Target))
+		}
+	}
+	met := "met"
+	if gm < 1 {
+		met = "not met"
+	}
+	fmt.Fprintf(w, "Geometric mean of the %d ratios: **%.2fx** (target >= 1.0x: %s).", n, gm, met)
+	if len(below) == 0 {
+		fmt.Fprintf(w, " Every workload at or above its floor.\n\n")
+	} else {
+		fmt.Fprintf(w, " Below their floor (%d): %s.\n\n", len(below), strings.Join(below, "; "))
+	}
+	var groups []string
+	for _, x := range rows {
+		if !slices.Contains(groups, x.Group) {
+			groups = append(groups, x.Group)
+		}
+	}
+	for _, g := range groups {
+		fmt.Fprintf(w, "### %s\n\n", g)
+		fmt.Fprintln(w, "| workload | kernel | nfsrdma-mount | unit | ratio | spread | target | RPCs per unit: kernel | nfsrdma-mount |")
+		fmt.Fprintln(w, "|---|---:|---:|---|---:|---|---|---|---|")
+		var notes []string
+		for _, x := range rows {
+			if x.Group != g {
+				continue
+			}
+			ratio, spread, target := "-", "", fmt.Sprintf(">= %.1f", x.Target)
+			if x.Ratio > 0 {
+				ratio = fmt.Sprintf("**%.2fx**", x.Ratio)
+				spread = fmt.Sprintf("%.2f-%.2f", x.Min, x.Max)
+				if !x.Met {
+					target += " (missed)"
+				}
+			}
+			ours := fmtFigure(x.OursMedian())
+			if x.Unsupprt != "" {
+				ours, ratio = x.Unsupprt, "-"
+			}
+			name := x.Name
+			if x.Note != "" {
+				notes = append(notes, fmt.Sprintf("%s: %s", x.Name, x.Note))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name, fmtFigure(x.KernelMedian()), ours, x.Unit,
+				ratio, spread, target, fmtPerOp(x.RPCs[0], x.Per), fmtPerOp(x.RPCs[1], x.Per))
+		}
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+		if len(notes) > 0 {
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintf(w, "### Per-round figures and RPC counts of the last round\n\n")
+	fmt.Fprintln(w, "| workload | kernel rounds | nfsrdma-mount rounds | ratios | kernel RPCs (last round) | nfsrdma-mount RPCs (last round) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	for _, x := range rows {
+		fmt.Fprintf(w, "| %s: %s | %s | %s | %s | %s | %s |\n", x.Group, x.Name, fmtList(x.Kernel), fmtList(x.Ours), fmtList(x.Rounds),
+			fmtCounts(x.RPCs[0]), fmtCounts(x.RPCs[1]))
+	}
+	fmt.Fprintln(w)
+}
+
+func fmtFigure(v float64) string {
+	switch {
+	case v == 0:
+		return "-"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func fmtList(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmtFigure(x)
+	}
+	return strings.Join(s, " ")
+}
+
+// fmtPerOp is "total/unit: OP n, OP n" with the four most frequent
+// procedures.
+func fmtPerOp(r RowRPC, per string) string {
+	if len(r.PerOp) == 0 {
+		return "-"
+	}
+	ops := make([]string, 0, len(r.PerOp))
+	for op := range r.PerOp {
+		ops = append(ops, op)
+	}
+	slices.SortFunc(ops, func(a, b string) int {
+		if r.PerOp[a] != r.PerOp[b] {
+			if r.PerOp[a] > r.PerOp[b] {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for i, op := range ops {
+		if i == 4 {
+			parts = append(parts, "...")
+			break
+		}
+		part := fmt.Sprintf("%s %s", op, fmtRate(r.PerOp[op]))
+		if b := r.Payload[op]; b > 0 {
+			part += fmt.Sprintf(" (%s each)", fmtBytes(b))
+		}
+		parts = append(parts, part)
+	}
+	return fmt.Sprintf("%s/%s: %s", fmtRate(r.Total), per, strings.Join(parts, ", "))
+}
+
+func fmtRate(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 0.01:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+// fmtCounts is the raw counts of the last round: "N units; OP n, OP n...".
+func fmtCounts(r RowRPC) string {
+	if r.Last == nil {
+		return "-"
+	}
+	var parts []string
+	for _, op := range r.Last.Ops() {
+		part := fmt.Sprintf("%s %d", op, r.Last[op].Calls)
+		if b := r.Last.Payload(op); b > 0 {
+			part += fmt.Sprintf(" (%s each)", fmtBytes(b))
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		parts = []string{"none"}
+	}
+	return fmt.Sprintf("%d units: %s", r.Units, strings.Join(parts, ", "))
+}
+
+// fmtBytes is a byte count in B, KiB or MiB.
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
