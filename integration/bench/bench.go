@@ -4,7 +4,7 @@
 // each measured right after its reference in several rounds, because the
 // guest's CPUs are threads of a shared host whose load changes by the
 // second. Figures from one guest run are comparable; absolute numbers from
-// the emulated bed are not (shared/TESTBED.md).
+// the emulated bed are not: every CPU of the guest is emulated.
 package bench
 
 import (
