@@ -1,7 +1,10 @@
 # nfsrdma — build and test.
 #   make test    unit tests with -race, then the integration suite in the test-bed guest
-#   make check   unit tests only
+#   make check   unit tests only: needs neither qemu nor root once the cgo
+#                headers (libibverbs-dev, librdmacm-dev) are there
 #   make demo    the main job: mount knfsd's export over RDMA in the bed and use it
+#   make install nfsrdma-mount, its mount(8) helper links and man page
+#                (PREFIX=/usr/local, SBINDIR=/sbin, DESTDIR honoured)
 GO      ?= go
 BUILD   := _build
 TESTBED := $(BUILD)/testbed
@@ -9,15 +12,32 @@ GUEST_TIMEOUT ?= 50m
 # The suite times out first, so that a hang ends with its goroutines.
 SUITE_TIMEOUT ?= 40m
 
-.PHONY: all deps check test integration bench bench-baseline demo shell clean FORCE
+.PHONY: all deps cgo-deps check test integration bench bench-baseline demo shell install uninstall clean FORCE
 
 all: check
 
-# Host packages: qemu and debootstrap for the bed, rdma-core headers for cgo.
+# Host packages of the test bed: qemu and debootstrap for the guest, the
+# rdma-core headers for cgo (root installs them with apt).
 deps:
 	$(GO) run ./integration/cmd/testbed host-deps
 
-check: deps
+# The unit tests need only what cgo compiles against: rdma-core's headers.
+# They are installed with apt when missing (as root); nothing else is.
+CGO_HEADERS  := /usr/include/infiniband/verbs.h /usr/include/rdma/rdma_cma.h
+CGO_PACKAGES := libibverbs-dev librdmacm-dev
+cgo-deps:
+	@missing=; for h in $(CGO_HEADERS); do [ -e "$$h" ] || missing=yes; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then \
+			echo "cgo needs the rdma-core headers: apt-get install $(CGO_PACKAGES) (as root)" >&2; exit 1; \
+		fi; \
+		command -v apt-get >/dev/null || { echo "cgo needs the rdma-core headers ($(CGO_HEADERS)): install rdma-core's development packages" >&2; exit 1; }; \
+		echo "installing $(CGO_PACKAGES)"; \
+		apt-get update -q >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(CGO_PACKAGES) >/dev/null; \
+	fi
+
+check: cgo-deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
@@ -27,8 +47,12 @@ $(TESTBED): FORCE
 $(BUILD)/integration.test: FORCE
 	$(GO) test -c -tags integration -o $@ ./integration
 
+# The version --version prints: the tag or commit, as git describes it.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+MOUNT_LDFLAGS := $(if $(VERSION),-X main.version=$(VERSION))
+
 $(BUILD)/nfsrdma-mount: FORCE
-	$(GO) build -o $@ ./cmd/nfsrdma-mount
+	$(GO) build -ldflags '$(MOUNT_LDFLAGS)' -o $@ ./cmd/nfsrdma-mount
 
 # The integration suite: one guest boot, host-built binaries over 9p.
 integration: deps $(TESTBED) $(BUILD)/integration.test $(BUILD)/nfsrdma-mount
@@ -49,6 +73,26 @@ demo: deps $(TESTBED)
 
 shell: deps $(TESTBED)
 	$(TESTBED) shell
+
+# make install: the binary in $(PREFIX)/bin, mount(8)'s helper names
+# (mount.nfsrdma for -t nfsrdma, mount.fuse.nfsrdma for the fuse.nfsrdma type
+# /proc/mounts shows; umount.* clean up a dead mount) in $(SBINDIR), the man
+# page in $(PREFIX)/share/man/man8. DESTDIR prefixes every path (packaging).
+PREFIX  ?= /usr/local
+BINDIR  ?= $(PREFIX)/bin
+SBINDIR ?= /sbin
+MANDIR  ?= $(PREFIX)/share/man
+HELPERS := mount.nfsrdma mount.fuse.nfsrdma umount.nfsrdma umount.fuse.nfsrdma
+
+install: $(BUILD)/nfsrdma-mount
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(BUILD)/nfsrdma-mount $(DESTDIR)$(BINDIR)/nfsrdma-mount
+	for h in $(HELPERS); do ln -sf $(BINDIR)/nfsrdma-mount $(DESTDIR)$(SBINDIR)/$$h; done
+	install -m 0644 doc/nfsrdma-mount.8 $(DESTDIR)$(MANDIR)/man8/nfsrdma-mount.8
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/nfsrdma-mount $(DESTDIR)$(MANDIR)/man8/nfsrdma-mount.8
+	for h in $(HELPERS); do rm -f $(DESTDIR)$(SBINDIR)/$$h; done
 
 clean:
 	rm -rf $(BUILD)

@@ -106,7 +106,10 @@ func generation(fh nfs3.FileHandle) uint64 {
 func fillAttr(out *fuse.Attr, a *nfs3.Attr) {
 	out.Ino = ino(a.FileID)
 	out.Size = a.Size
-	out.Blocks = (a.Used + 511) / 512
+	out.Blocks = a.Used / 512
+	if a.Used%512 != 0 {
+		out.Blocks++ // rounded up without overflowing near 2^64
+	}
 	out.Atime, out.Atimensec = uint64(a.Atime.Seconds), a.Atime.Nseconds
 	out.Mtime, out.Mtimensec = uint64(a.Mtime.Seconds), a.Mtime.Nseconds
 	out.Ctime, out.Ctimensec = uint64(a.Ctime.Seconds), a.Ctime.Nseconds

@@ -148,11 +148,27 @@ func TestCommitAndResend(t *testing.T) {
 	before := us.commits.Load()
 	f, err := os.OpenFile(filepath.Join(dir, "synced"), os.O_CREATE|os.O_WRONLY, 0o644)
 	check(t, err)
-	_, err = f.Write(data[:5000])
+	_, err = f.Write(data)
 	check(t, err)
 	check(t, f.Sync())
 	if us.commits.Load() == before {
 		t.Error("fsync sent no COMMIT")
 	}
 	check(t, f.Close())
+
+	// Unless all the dirty data fits in one WRITE: then it is that WRITE,
+	// FILE_SYNC, and no COMMIT (as the Linux client does).
+	before, syncs := us.commits.Load(), us.fileSync.Load()
+	f, err = os.OpenFile(filepath.Join(dir, "small"), os.O_CREATE|os.O_WRONLY, 0o644)
+	check(t, err)
+	_, err = f.Write(data[:5000])
+	check(t, err)
+	check(t, f.Sync())
+	if c, s := us.commits.Load()-before, us.fileSync.Load()-syncs; c != 0 || s != 1 {
+		t.Errorf("fsync of 5000 bytes: %d COMMITs, %d FILE_SYNC WRITEs; want 0, 1", c, s)
+	}
+	check(t, f.Close())
+	if got, err := os.ReadFile(filepath.Join(srv.Dir, "small")); err != nil || !bytes.Equal(got, data[:5000]) {
+		t.Fatalf("server copy of small: %d bytes, %v", len(got), err)
+	}
 }

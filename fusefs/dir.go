@@ -20,8 +20,8 @@ func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (
 	fh, a := r.FH, r.Attr
 	if fh == nil {
 		var lr nfs3.LookupResult
-		err := n.do(func(dir nfs3.FileHandle) (err error) {
-			lr, err = n.fsys.c.Lookup(n.fsys.ctx, dir, name)
+		err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+			lr, err = n.fsys.c.Lookup(ctx, dir, name)
 			return err
 		})
 		if err != nil {
@@ -29,17 +29,24 @@ func (n *node) created(ctx context.Context, name string, r *nfs3.CreateResult) (
 		}
 		fh, a = lr.FH, lr.Attr
 	}
-	a, err := n.lookupAttr(fh, a)
+	a, err := n.lookupAttr(ctx, fh, a)
 	if err != nil {
 		return nil, err
 	}
-	return n.child(ctx, name, fh, a), nil
+	c, _ := n.child(ctx, name, fh, a)
+	return c, nil
 }
 
 // Create implements fs.NodeCreater with CREATE (RFC 1813 §3.3.8): GUARDED for
 // O_EXCL, else UNCHECKED (which opens a file another client made meanwhile,
 // truncating it for O_TRUNC).
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
@@ -50,8 +57,8 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		how.Attr.Size = new(uint64(0))
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Create(n.fsys.ctx, dir, name, how)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Create(ctx, dir, name, how)
 		return err
 	})
 	n.setWcc(&r.DirWcc)
@@ -63,17 +70,23 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(err)
 	}
 	n.entryOut(c, out)
-	return c.EmbeddedInode(), c.newOpenFile(flags), 0, 0
+	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), 0, 0
 }
 
 // Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Mkdir(n.fsys.ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mkdir(ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
 		return err
 	})
 	return n.finishCreate(ctx, name, &r, err, out)
@@ -95,6 +108,12 @@ func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResu
 // Mknod implements fs.NodeMknoder with MKNOD (RFC 1813 §3.3.11) for devices,
 // FIFOs and sockets, and CREATE (GUARDED) for regular files.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -103,8 +122,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
 		var r nfs3.CreateResult
-		err := n.do(func(dir nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Create(n.fsys.ctx, dir, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
+		err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Create(ctx, dir, name, nfs3.CreateHow{Mode: nfs3.Guarded, Attr: attr})
 			return err
 		})
 		return n.finishCreate(ctx, name, &r, err, out)
@@ -120,8 +139,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 		return nil, syscall.EINVAL
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Mknod(n.fsys.ctx, dir, name, what)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mknod(ctx, dir, name, what)
 		return err
 	})
 	return n.finishCreate(ctx, name, &r, err, out)
@@ -129,12 +148,18 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 
 // Symlink implements fs.NodeSymlinker with SYMLINK (RFC 1813 §3.3.10).
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
 	var r nfs3.CreateResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Symlink(n.fsys.ctx, dir, name, nfs3.SetAttr{Mode: new(uint32(0o777))}, target)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Symlink(ctx, dir, name, nfs3.SetAttr{Mode: new(uint32(0o777))}, target)
 		return err
 	})
 	return n.finishCreate(ctx, name, &r, err, out)
@@ -142,6 +167,12 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 
 // Link implements fs.NodeLinker with LINK (RFC 1813 §3.3.15).
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
@@ -150,9 +181,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, syscall.EXDEV
 	}
 	var r nfs3.LinkResult
-	err := n.do(func(dir nfs3.FileHandle) error {
-		return t.do(func(file nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Link(n.fsys.ctx, file, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) error {
+		return t.do(ctx, func(file nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Link(ctx, file, dir, name)
 			return err
 		})
 	})
@@ -165,7 +196,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	if _, _, err := t.getattr(false); err != nil {
+	if _, _, err := t.getattr(ctx, false); err != nil {
 		return nil, toErrno(err)
 	}
 	n.entryOut(t, out)
@@ -227,12 +258,12 @@ func (n *node) waitClosed(d time.Duration) bool {
 
 // sillyRename renames n's open child c (now at name) to a hidden .nfs name
 // in n (the NFS client's silly rename), to be removed at c's last close.
-func (n *node) sillyRename(c *node, name string) error {
+func (n *node) sillyRename(ctx context.Context, c *node, name string) error {
 	a, _ := c.cached()
 	silly := fmt.Sprintf(".nfs%016x%08x", a.FileID, n.fsys.sillyCount.Add(1))
 	var r nfs3.RenameResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Rename(n.fsys.ctx, dir, name, dir, silly)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Rename(ctx, dir, name, dir, silly)
 		return err
 	})
 	n.setWcc(&r.ToDirWcc)
@@ -250,15 +281,21 @@ func (n *node) sillyRename(c *node, name string) error {
 // Unlink implements fs.NodeUnlinker with REMOVE (RFC 1813 §3.3.12), or a
 // silly rename when the file is open.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
 	if c := n.openChild(name); c != nil {
-		return toErrno(n.sillyRename(c, name))
+		return toErrno(n.sillyRename(ctx, c, name))
 	}
 	var w nfs3.WccData
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		w, err = n.fsys.c.Remove(n.fsys.ctx, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Remove(ctx, dir, name)
 		return err
 	})
 	n.setWcc(&w)
@@ -272,12 +309,18 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rmdir implements fs.NodeRmdirer with RMDIR (RFC 1813 §3.3.13).
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return errno
+	}
+	n.dropPlus(name)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
 	var w nfs3.WccData
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		w, err = n.fsys.c.Rmdir(n.fsys.ctx, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Rmdir(ctx, dir, name)
 		return err
 	})
 	n.setWcc(&w)
@@ -289,6 +332,11 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // with the kernel's NFSv3 client. An open file it would replace is silly
 // renamed first.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if errno := n.fsys.checkName(newName); errno != 0 {
+		return errno
+	}
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -299,17 +347,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
+	n.dropPlus(name)
+	to.dropPlus(newName)
 	if c := to.openChild(newName); c != nil {
 		if moved := n.GetChild(name); moved == nil || moved != c.EmbeddedInode() {
-			if err := to.sillyRename(c, newName); err != nil {
+			if err := to.sillyRename(ctx, c, newName); err != nil {
 				return toErrno(err)
 			}
 		}
 	}
 	var r nfs3.RenameResult
-	err := n.do(func(from nfs3.FileHandle) error {
-		return to.do(func(toDir nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Rename(n.fsys.ctx, from, name, toDir, newName)
+	err := n.do(ctx, func(from nfs3.FileHandle) error {
+		return to.do(ctx, func(toDir nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Rename(ctx, from, name, toDir, newName)
 			return err
 		})
 	})
@@ -349,7 +399,20 @@ type dirHandle struct {
 	next nfs3.Cookie // where the next page starts
 	skip int         // entries still to pass over after a seek (see Seekdir)
 	last *nfs3.DirEntryPlus
+
+	// A server that repeats cookies would make the listing endless (and
+	// seen grow without bound): every entry's cookie and every cookie
+	// asked for must be new, and a listing has at most MaxDirEntries.
+	cookies map[nfs3.Cookie]struct{} // of the entries in seen (not "." or "..")
+	asked   map[nfs3.Cookie]struct{} // READDIRPLUS cookies since the start or seek
 }
+
+// MaxDirEntries bounds the entries of one directory listing (the memory
+// an open directory takes: about 50 bytes an entry).
+const MaxDirEntries = 1 << 22
+
+// errDirLoop is what a looping or endless listing returns.
+const errDirLoop = syscall.EIO
 
 // dirPos is where an entry was: the cookie to resume after it, and whether
 // it was "." or "..".
@@ -366,12 +429,14 @@ var (
 
 // Readdirent implements fs.FileReaddirenter.
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	ctx, done := d.n.fsys.callCtx(ctx)
+	defer done()
 	for {
 		if d.pos >= len(d.page) {
 			if d.eof {
 				return nil, 0
 			}
-			if errno := d.fetch(); errno != 0 {
+			if errno := d.fetch(ctx); errno != 0 {
 				return nil, errno
 			}
 			if d.pos >= len(d.page) {
@@ -385,7 +450,22 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			d.skip--
 			continue
 		}
-		d.seen = append(d.seen, dirPos{cookie: e.Cookie, dot: e.Name == "." || e.Name == ".."})
+		dot := e.Name == "." || e.Name == ".."
+		if !dot {
+			if d.cookies == nil {
+				d.cookies = make(map[nfs3.Cookie]struct{})
+			}
+			if _, dup := d.cookies[e.Cookie]; dup {
+				d.n.fsys.log.Error("READDIRPLUS: the server repeated a cookie; the listing would not end", "cookie", e.Cookie, "name", e.Name, "entries", len(d.seen))
+				return nil, errDirLoop
+			}
+			d.cookies[e.Cookie] = struct{}{}
+		}
+		if len(d.seen) >= MaxDirEntries {
+			d.n.fsys.log.Error("READDIRPLUS: directory listing too long", "entries", len(d.seen))
+			return nil, errDirLoop
+		}
+		d.seen = append(d.seen, dirPos{cookie: e.Cookie, dot: dot})
 		d.last = e
 		de := &fuse.DirEntry{Name: e.Name, Ino: ino(e.FileID), Off: uint64(len(d.seen))}
 		if e.Attr != nil {
@@ -396,10 +476,18 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 }
 
 // fetch reads the page after the last entry read.
-func (d *dirHandle) fetch() syscall.Errno {
+func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
+	if d.asked == nil {
+		d.asked = make(map[nfs3.Cookie]struct{})
+	}
+	if _, again := d.asked[d.next]; again {
+		d.n.fsys.log.Error("READDIRPLUS: the server's pages lead back to a cookie already read; the listing would not end", "cookie", d.next)
+		return errDirLoop
+	}
+	d.asked[d.next] = struct{}{}
 	var r nfs3.ReaddirplusResult
-	err := d.n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = d.n.fsys.c.Readdirplus(d.n.fsys.ctx, dir, d.next, d.verf, 0, 0)
+	err := d.n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = d.n.fsys.c.Readdirplus(ctx, dir, d.next, d.verf, 0, 0)
 		return err
 	})
 	d.n.setAttr(r.DirAttr)
@@ -410,6 +498,7 @@ func (d *dirHandle) fetch() syscall.Errno {
 		return syscall.EIO // a page that does not advance
 	}
 	d.page, d.pos, d.eof, d.verf = r.Entries, 0, r.EOF, r.Verf
+	d.n.putPlus(r.Entries)
 	return 0
 }
 
@@ -423,6 +512,12 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 		return syscall.EINVAL
 	}
 	d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
+	clear(d.asked)
+	for _, p := range d.seen[off:] {
+		if !p.dot {
+			delete(d.cookies, p.cookie)
+		}
+	}
 	if off == 0 || d.seen[off-1].dot {
 		d.skip, d.next, d.verf = int(off), 0, nfs3.CookieVerf{}
 	} else {
@@ -439,7 +534,8 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if e == nil || e.Name != name || e.FH == nil || e.Attr == nil {
 		return d.n.Lookup(ctx, name, out)
 	}
-	c := d.n.child(ctx, name, e.FH, e.Attr)
+	d.n.dropPlus(name)
+	c, _ := d.n.child(ctx, name, e.FH, e.Attr)
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
 }

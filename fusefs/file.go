@@ -8,18 +8,24 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // openFile is an open regular file: the FUSE file handle.
 type openFile struct {
-	n      *node
-	flags  uint32
-	ra     *readAhead // nil: read-ahead off
+	n     *node
+	flags uint32
+	ra    *readAhead // nil: read-ahead off
+	// wctx carries the opener's credential for the calls made on its
+	// behalf after its request (writes behind, COMMIT at the last close);
+	// ctx is wctx until the handle is released (read-ahead).
+	wctx   context.Context
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -32,10 +38,13 @@ var (
 	_ fs.FileReleaser = (*openFile)(nil)
 )
 
-// newOpenFile opens a handle on n.
-func (n *node) newOpenFile(flags uint32) *openFile {
-	f := &openFile{n: n, flags: flags}
-	f.ctx, f.cancel = context.WithCancel(n.fsys.ctx)
+// newOpenFile opens a handle on n for the caller of ctx (see FS.callCtx).
+func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
+	f := &openFile{n: n, flags: flags, wctx: n.fsys.ctx}
+	if cred, ok := sunrpc.CredentialFrom(ctx); ok {
+		f.wctx = sunrpc.WithCredential(n.fsys.ctx, cred)
+	}
+	f.ctx, f.cancel = context.WithCancel(f.wctx)
 	if n.fsys.readAhead > 0 && flags&syscall.O_ACCMODE != syscall.O_WRONLY {
 		f.ra = newReadAhead(f, int(n.fsys.rsize), n.fsys.readAhead)
 	}
@@ -45,19 +54,44 @@ func (n *node) newOpenFile(flags uint32) *openFile {
 	return f
 }
 
+// lookupFresh is how long after its LOOKUP an open takes the attributes
+// that LOOKUP brought as its close-to-open revalidation: the kernel sends
+// the OPEN right after the LOOKUP of the same path walk.
+const lookupFresh = time.Second
+
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
 // revalidates the file; the kernel keeps its cached pages only if the file
 // did not change since, else its cached attributes are dropped as well.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
 		return nil, 0, syscall.EROFS
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()
+	// The LOOKUP of this open's path walk brought the attributes: they are
+	// as fresh as a GETATTR's (the kernel client sends none after a
+	// LOOKUP either).
+	recent := !n.lookupAt.IsZero() && n.fsys.now().Sub(n.lookupAt) < min(n.fsys.opts.AcRegMin, lookupFresh)
+	keep, typ := n.lookupKeep, n.attrs.attr.Type
+	n.lookupAt = time.Time{}
 	n.mu.Unlock()
+	if recent {
+		if typ != nfs3.TypeReg {
+			return nil, 0, syscall.EINVAL
+		}
+		var fuseFlags uint32
+		if keep {
+			fuseFlags = fuse.FOPEN_KEEP_CACHE
+		} else {
+			n.dataGen.Add(1)
+		}
+		return n.newOpenFile(ctx, flags), fuseFlags, 0
+	}
 	var a nfs3.Attr
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		a, err = n.fsys.c.Getattr(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		a, err = n.fsys.c.Getattr(ctx, fh)
 		return err
 	})
 	if err != nil {
@@ -82,21 +116,23 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			n.fsys.log.Debug("invalidating cached attributes", "errno", errno)
 		}
 	}
-	return n.newOpenFile(flags), fuseFlags, 0
+	return n.newOpenFile(ctx, flags), fuseFlags, 0
 }
 
 // Read implements fs.FileReader: through the read-ahead for a sequential
 // reader, else pipelined READs (RFC 1813 §3.3.6) of rsize straight into the
 // kernel's buffer.
 func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, done := f.callCtx(ctx)
+	defer done()
 	// The reader sees its own writes: those written behind land first.
 	f.n.drainWriteBehind()
 	var n int
 	var err error
 	if f.ra != nil {
-		n, err = f.ra.read(dest, off)
+		n, err = f.ra.read(ctx, dest, off)
 	} else {
-		n, err = f.n.readAt(f.ctx, dest, off)
+		n, err = f.n.readAt(ctx, dest, off)
 	}
 	if err != nil && err != io.EOF {
 		return nil, toErrno(err)
@@ -115,6 +151,8 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // the next write, flush (close) or fsync; reads, SETATTR and COMMIT of the
 // file wait for it first.
 func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx, done := f.callCtx(ctx)
+	defer done()
 	n := f.n
 	if n.fsys.opts.ReadOnly {
 		return 0, syscall.EROFS
@@ -125,9 +163,11 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 	}
 	var err error
 	if how == nfs3.Unstable && f.flags&syscall.O_DIRECT == 0 && n.fsys.writeBehind > 0 {
-		err = n.writeBehind(data, off)
+		err = n.gather(f.wctx, data, off)
 	} else {
-		err = n.writeRange(data, off, how, false)
+		// After the buffered writes before it, never overtaken by them.
+		n.drainWriteBehind()
+		err = n.writeRange(ctx, data, off, how, false)
 		n.dataGen.Add(1)
 	}
 	if err != nil {
@@ -139,7 +179,7 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 	switch {
 	case dirty > 2*n.fsys.maxDirty:
 		// The COMMITs do not keep up with the writer: it waits for one.
-		if err := n.commitPending(); err != nil {
+		if err := n.commitPending(ctx); err != nil {
 			return 0, toErrno(err)
 		}
 	case dirty > n.fsys.maxDirty && n.commit.TryLock():
@@ -148,7 +188,7 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		// close), which reports it.
 		go func() {
 			defer n.commit.Unlock()
-			if err := n.commitPendingLocked(); err != nil {
+			if err := n.commitPendingLocked(f.wctx); err != nil {
 				n.fsys.log.Debug("background COMMIT failed; the writes stay queued", "err", err)
 			}
 		}()
@@ -156,10 +196,118 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 	return uint32(len(data)), 0
 }
 
-// writeBehind copies data and WRITEs it UNSTABLE in the background (see
-// Write); it waits while Options.WriteBehind bytes are in flight, and
-// returns (and clears) the error of an earlier write behind.
-func (n *node) writeBehind(data []byte, off int64) error {
+// pendDelay is the longest a gathered write waits for the next one before
+// it is sent anyway.
+const pendDelay = time.Second
+
+// gather adds a buffered write to the node's gathered writes: contiguous
+// writes are sent as one WRITE of up to wsize (as the kernel client's page
+// cache gathers an application's small write calls), when it is full, when
+// a write does not follow it, before anything that needs the server to
+// have it (read, SETATTR, COMMIT, close) and at the latest after pendDelay.
+// It returns the error of an earlier write behind.
+func (n *node) gather(ctx context.Context, data []byte, off int64) error {
+	wsize := int(n.fsys.wsize)
+	end := off + int64(len(data))
+	n.mu.Lock()
+	if n.wbErr != nil {
+		err := n.wbErr
+		n.wbErr = nil
+		n.mu.Unlock()
+		return err
+	}
+	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize {
+		n.pend = append(n.pend, data...)
+		n.wrEnd = max(n.wrEnd, end)
+		if len(n.pend) < wsize {
+			n.mu.Unlock()
+			return nil
+		}
+		buf, boff, bctx := n.takePendLocked()
+		n.mu.Unlock()
+		n.sendPend(bctx, buf, boff)
+		return nil
+	}
+	buf, boff, bctx := n.takePendLocked()
+	n.mu.Unlock()
+	if buf != nil {
+		n.sendPend(bctx, buf, boff)
+	}
+	if len(data) >= wsize {
+		return n.writeBehind(ctx, slices.Clone(data), off, false)
+	}
+	n.mu.Lock()
+	if n.pend != nil {
+		// Another write started gathering meanwhile: this one goes alone.
+		n.mu.Unlock()
+		return n.writeBehind(ctx, slices.Clone(data), off, false)
+	}
+	n.pend = append(make([]byte, 0, wsize), data...)
+	n.pendOff, n.pendCtx = off, ctx
+	// Counted as a WRITE in flight: the size shown covers it.
+	n.wrInflight++
+	n.wrEnd = max(n.wrEnd, end)
+	n.pendGen++
+	gen := n.pendGen
+	n.mu.Unlock()
+	time.AfterFunc(pendDelay, func() { n.flushPend(gen) })
+	return nil
+}
+
+// takePendLocked takes the gathered writes; n.mu is held. The caller sends
+// them (sendPend, or writeRange and endWrite).
+func (n *node) takePendLocked() ([]byte, int64, context.Context) {
+	buf, off, ctx := n.pend, n.pendOff, n.pendCtx
+	n.pend, n.pendCtx = nil, nil
+	return buf, off, ctx
+}
+
+// sendPend writes gathered writes behind, ending their count as a WRITE in
+// flight once that one has begun.
+func (n *node) sendPend(ctx context.Context, buf []byte, off int64) {
+	n.writeBehind(ctx, buf, off, true)
+	n.endWrite()
+}
+
+// flushPend sends the gathered writes, if any (gen: only those of that
+// gathering; 0: whichever), as a write behind (whose failure the next
+// write, flush or fsync reports).
+func (n *node) flushPend(gen uint64) {
+	n.mu.Lock()
+	if n.pend == nil || gen != 0 && gen != n.pendGen {
+		n.mu.Unlock()
+		return
+	}
+	buf, off, ctx := n.takePendLocked()
+	n.mu.Unlock()
+	n.sendPend(ctx, buf, off)
+}
+
+// syncPend sends the gathered writes with one FILE_SYNC WRITE when they are
+// all the file's unsaved data (no write behind in flight, nothing waiting
+// for a COMMIT): the COMMIT that close or fsync would send is saved, as the
+// Linux client does. It reports whether it did.
+func (n *node) syncPend(ctx context.Context) (bool, error) {
+	n.mu.Lock()
+	if n.pend == nil || n.wbCalls > 0 || len(n.dirty) > 0 || n.wbErr != nil {
+		n.mu.Unlock()
+		return false, nil
+	}
+	buf, off, _ := n.takePendLocked()
+	n.mu.Unlock()
+	err := n.writeRange(ctx, buf, off, nfs3.FileSync, true)
+	n.endWrite()
+	n.dataGen.Add(1)
+	return true, err
+}
+
+// writeBehind WRITEs data (owned: the caller gives it up) UNSTABLE in the
+// background (see Write); it waits while Options.WriteBehind bytes are in
+// flight, and returns (and clears) the error of an earlier write behind.
+//
+// Gathered writes (already answered to the kernel) are sent whatever an
+// earlier write behind did, and leave its error to be reported.
+func (n *node) writeBehind(ctx context.Context, data []byte, off int64, gathered bool) error {
 	n.mu.Lock()
 	if n.wbDone == nil {
 		n.wbDone = sync.NewCond(&n.mu)
@@ -167,7 +315,7 @@ func (n *node) writeBehind(data []byte, off int64) error {
 	for n.wbBytes > 0 && n.wbBytes+len(data) > n.fsys.writeBehind && n.wbErr == nil {
 		n.wbDone.Wait()
 	}
-	if err := n.wbErr; err != nil {
+	if err := n.wbErr; err != nil && !gathered {
 		n.wbErr = nil
 		n.mu.Unlock()
 		return err
@@ -176,9 +324,9 @@ func (n *node) writeBehind(data []byte, off int64) error {
 	n.wbCalls++
 	n.mu.Unlock()
 	n.beginWrite(off, len(data)) // the kernel's size is past it from now on
-	buf := slices.Clone(data)
+	buf := data
 	go func() {
-		err := n.writeRange(buf, off, nfs3.Unstable, true)
+		err := n.writeRange(ctx, buf, off, nfs3.Unstable, true)
 		n.endWrite()
 		n.dataGen.Add(1)
 		n.mu.Lock()
@@ -193,9 +341,11 @@ func (n *node) writeBehind(data []byte, off int64) error {
 	return nil
 }
 
-// drainWriteBehind waits until every write behind of n has its reply; it
-// returns the error of one that failed, leaving it to be reported.
+// drainWriteBehind sends the gathered writes and waits until every write
+// behind of n has its reply; it returns the error of one that failed,
+// leaving it to be reported.
 func (n *node) drainWriteBehind() error {
+	n.flushPend(0)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for n.wbCalls > 0 {
@@ -235,15 +385,15 @@ func (n *node) endWrite() {
 // writeRange WRITEs data at off in WRITEs of at most wsize, until the server
 // took all of it, keeping copies of what it took UNSTABLE (data itself when
 // owned: the caller never reuses it).
-func (n *node) writeRange(data []byte, off int64, how nfs3.StableHow, owned bool) error {
+func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.StableHow, owned bool) error {
 	n.beginWrite(off, len(data))
 	defer n.endWrite()
 	wsize := int(n.fsys.wsize)
 	for done := 0; done < len(data); {
 		chunk := data[done:min(len(data), done+wsize)]
 		var r nfs3.WriteResult
-		err := n.do(func(fh nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Write(n.fsys.ctx, fh, uint64(off)+uint64(done), chunk, how)
+		err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Write(ctx, fh, uint64(off)+uint64(done), chunk, how)
 			return err
 		})
 		n.setWcc(&r.Wcc)
@@ -275,23 +425,26 @@ const maxCommitTries = 3
 // commitDirty COMMITs the file (RFC 1813 §3.3.21) if it has UNSTABLE writes,
 // and resends FILE_SYNC each write whose verifier differs from the COMMIT's:
 // the server restarted and may have lost it.
-func (n *node) commitDirty() error {
+func (n *node) commitDirty(ctx context.Context) error {
+	if synced, err := n.syncPend(ctx); synced && err != nil {
+		return err
+	}
 	werr := n.takeWriteBehindErr()
-	if err := n.commitPending(); err != nil {
+	if err := n.commitPending(ctx); err != nil {
 		return err
 	}
 	return werr
 }
 
 // commitPending is commitDirty once the writes behind have landed.
-func (n *node) commitPending() error {
+func (n *node) commitPending(ctx context.Context) error {
 	n.commit.Lock()
 	defer n.commit.Unlock()
-	return n.commitPendingLocked()
+	return n.commitPendingLocked(ctx)
 }
 
 // commitPendingLocked is commitPending with n.commit held.
-func (n *node) commitPendingLocked() error {
+func (n *node) commitPendingLocked(ctx context.Context) error {
 	for try := 1; ; try++ {
 		n.mu.Lock()
 		pending := n.dirty
@@ -301,8 +454,8 @@ func (n *node) commitPendingLocked() error {
 			return nil
 		}
 		var r nfs3.CommitResult
-		err := n.do(func(fh nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Commit(n.fsys.ctx, fh, 0, 0)
+		err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Commit(ctx, fh, 0, 0)
 			return err
 		})
 		n.setWcc(&r.Wcc)
@@ -327,7 +480,7 @@ func (n *node) commitPendingLocked() error {
 		for i, d := range lost {
 			// Writes the server takes UNSTABLE again are requeued by
 			// writeRange and committed on the next round.
-			if err := n.writeRange(d.data, d.off, nfs3.FileSync, true); err != nil {
+			if err := n.writeRange(ctx, d.data, d.off, nfs3.FileSync, true); err != nil {
 				n.requeue(lost[i+1:])
 				return err
 			}
@@ -352,18 +505,23 @@ func (n *node) requeue(ws []dirtyWrite) {
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
 // (close-to-open), and reports their failure.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
-	return toErrno(f.n.commitDirty())
+	ctx, done := f.callCtx(ctx)
+	defer done()
+	return toErrno(f.n.commitDirty(ctx))
 }
 
 // Fsync implements fs.FileFsyncer.
 func (f *openFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return toErrno(f.n.commitDirty())
+	ctx, done := f.callCtx(ctx)
+	defer done()
+	return toErrno(f.n.commitDirty(ctx))
 }
 
 // Release implements fs.FileReleaser: the last close of a file commits what
 // is left (writes through mmap) and removes a silly-renamed file.
 func (f *openFile) Release(ctx context.Context) syscall.Errno {
 	f.cancel()
+	ctx = f.wctx
 	n := f.n
 	n.mu.Lock()
 	n.opens--
@@ -379,13 +537,13 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 	if !last {
 		return 0
 	}
-	if err := n.commitDirty(); err != nil {
+	if err := n.commitDirty(ctx); err != nil {
 		n.fsys.log.Warn("commit at last close failed", "err", err)
 	}
 	if silly != nil {
 		var w nfs3.WccData
-		err := silly.dir.do(func(dir nfs3.FileHandle) (err error) {
-			w, err = n.fsys.c.Remove(n.fsys.ctx, dir, silly.name)
+		err := silly.dir.do(ctx, func(dir nfs3.FileHandle) (err error) {
+			w, err = n.fsys.c.Remove(ctx, dir, silly.name)
 			return err
 		})
 		silly.dir.setWcc(&w)

@@ -16,9 +16,28 @@
 //     attributes are invalidated too. Close (FUSE flush) and fsync COMMIT the
 //     UNSTABLE writes, resending them FILE_SYNC should the write verifier
 //     show the server lost them.
-//   - Reads of a sequential reader are read ahead in pipelined READs of
-//     rsize, up to the file's known size; FUSE requests are up to wsize
-//     (at most 1 MiB).
+//   - Identity: each request's calls carry its caller's AUTH_SYS
+//     credential (uid, gid, supplementary groups), as the kernel client
+//     sends each process's own (Options.CallerIdentity).
+//   - Killable: a caller killed while it waits (SIGKILL, or any signal
+//     that kills it) ends the NFS call waited for, on a hard mount too;
+//     other signals do not, as with the kernel client.
+//   - Round trips as the kernel client makes them: the post-operation
+//     attributes of every reply are used (no GETATTR after them); the
+//     entries of a READDIRPLUS answer the LOOKUPs of an ls -l that follows;
+//     an open right after its LOOKUP takes that LOOKUP's attributes as
+//     its revalidation; a name found missing is cached as long as its
+//     directory; names longer than the server's name_max are ENAMETOOLONG
+//     without a call.
+//   - Reads of a sequential reader (each read starting where the last
+//     ended) are read ahead in pipelined READs of rsize, up to the file's
+//     known size; a random reader costs exactly the READs of its reads.
+//     FUSE requests are up to max(rsize, wsize) (at most 1 MiB).
+//   - An application's small buffered writes are gathered into WRITEs of
+//     wsize (contiguous writes, sent when full, before a read, SETATTR,
+//     COMMIT or close, and at the latest after a second). When at close or
+//     fsync all the file's unsaved data fits in one WRITE, it goes FILE_SYNC
+//     and no COMMIT follows, as with the Linux client.
 //   - Writes are pipelined: a buffered file's UNSTABLE writes are written
 //     behind (answered once sent, up to Options.WriteBehind bytes in
 //     flight; a failure is reported by the next write, close or fsync, as
@@ -30,6 +49,9 @@
 //   - Unlinking or renaming over a file that is still open renames it to
 //     .nfsXXXX instead (the NFS "silly rename") and removes it at the last
 //     close, so open files stay readable.
+//   - A directory listing whose cookies repeat (a looping server) fails
+//     with EIO instead of running forever; a listing holds at most
+//     MaxDirEntries entries.
 //   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
 //     attributes, no fallocate and no locking here (locks stay local to this
 //     mount, as with nfs(5) nolock).
@@ -63,11 +85,14 @@ type FS struct {
 
 	root *node
 
-	// ctx bounds every NFS call: the calls are not tied to the FUSE request
-	// (an interrupted caller must not abandon a non-idempotent call half
-	// way; a killed one is released by the kernel anyway). Close cancels it.
+	// ctx bounds every NFS call; Close cancels it. The calls of a FUSE
+	// request run under a context of their own derived from it (callCtx):
+	// the caller's credential, cancelled when the caller is killed.
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	creds   *credCache
+	nameMax uint32 // PATHCONF name_max
 
 	sillyCount atomic.Uint64
 	now        func() time.Time
@@ -122,6 +147,11 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 	if f.maxDirty <= 0 {
 		f.maxDirty = DefaultMaxDirty
 	}
+	f.nameMax = nfs3.MaxNameLen
+	if pc, err := c.Pathconf(ctx, root); err == nil && pc.NameMax > 0 {
+		f.nameMax = pc.NameMax
+	}
+	f.creds = newCredCache()
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.root = &node{fsys: f, fh: root}
 	f.root.attrs.update(a, f.now(), o.AcDirMin, o.AcDirMax)
@@ -172,12 +202,20 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		name = "nfsrdma"
 	}
 	mo := fuse.MountOptions{
-		AllowOther:    mc.AllowOther,
-		FsName:        mc.FsName,
-		Name:          name,
-		MaxWrite:      int(f.wsize), // and max_read: READs go out in rsize pieces anyway
-		MaxBackground: 64,
-		DisableXAttrs: true,
+		AllowOther: mc.AllowOther,
+		FsName:     mc.FsName,
+		Name:       name,
+		// max_write, max_read and max_pages: requests as large as the
+		// READs and WRITEs (larger ones go out in rsize/wsize pieces).
+		MaxWrite: int(max(f.rsize, f.wsize)),
+		// The kernel's read-ahead of buffered reads (capped by the kernel
+		// at its own default, 128 KiB).
+		MaxReadAhead: int(f.rsize),
+		// Asynchronous requests (read-ahead, async direct I/O) in flight
+		// before the kernel throttles: as many as the transport pipelines.
+		MaxBackground:       64,
+		CongestionThreshold: 48,
+		DisableXAttrs:       true,
 		// Read replies are in memory: splicing them would copy them into
 		// a pipe first (and a 1 MiB reply does not fit one).
 		DisableSplice: true,
@@ -198,8 +236,14 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		mo.Options = append(mo.Options, "ro")
 		mo.DirectMountFlags |= syscall.MS_RDONLY
 	}
+	// A name found missing is cached as a negative entry for as long as
+	// its directory's attributes are trusted (the kernel client
+	// revalidates a negative entry with its directory): Lookup sets the
+	// timeout per reply; this makes go-fuse pass it on.
+	var negative time.Duration
 	return &fs.Options{
-		MountOptions: mo,
+		NegativeTimeout: &negative,
+		MountOptions:    mo,
 		RootStableAttr: &fs.StableAttr{
 			Ino: ino(f.root.attrs.attr.FileID),
 			Gen: generation(f.root.handle()),
@@ -212,6 +256,15 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 // unmounted (Server.Unmount, or umount(8) and Server.Wait).
 func Mount(dir string, f *FS, mc MountConfig) (*fuse.Server, error) {
 	return fs.Mount(dir, f.root, f.FUSEOptions(mc))
+}
+
+// checkName refuses a name longer than the server's name_max (PATHCONF)
+// before any call, as the kernel client does.
+func (f *FS) checkName(name string) syscall.Errno {
+	if uint64(len(name)) > uint64(f.nameMax) {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
 }
 
 // acBounds returns the attribute timeout bounds for objects of type t.

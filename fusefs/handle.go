@@ -27,13 +27,13 @@ func (n *node) handle() nfs3.FileHandle {
 // no_subtree_check a handle never changes, and a stale one means the object
 // is gone: the lookup then fails or finds another fileid, and the error
 // stands.
-func (n *node) do(op func(fh nfs3.FileHandle) error) error {
+func (n *node) do(ctx context.Context, op func(fh nfs3.FileHandle) error) error {
 	fh := n.handle()
 	err := op(fh)
 	if !isStale(err) {
 		return err
 	}
-	if nfh, ok := n.refresh(fh); ok {
+	if nfh, ok := n.refresh(ctx, fh); ok {
 		return op(nfh)
 	}
 	return err
@@ -44,7 +44,7 @@ func isStale(err error) bool {
 }
 
 // refresh looks n up again and adopts the new handle of the same object.
-func (n *node) refresh(old nfs3.FileHandle) (nfs3.FileHandle, bool) {
+func (n *node) refresh(ctx context.Context, old nfs3.FileHandle) (nfs3.FileHandle, bool) {
 	n.mu.Lock()
 	if !bytes.Equal(n.fh, old) { // another call refreshed it meanwhile
 		fh := n.fh
@@ -70,14 +70,14 @@ func (n *node) refresh(old nfs3.FileHandle) (nfs3.FileHandle, bool) {
 		dir, name = p, pname
 	}
 	var r nfs3.LookupResult
-	err := dir.do(func(dfh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Lookup(n.fsys.ctx, dfh, name)
+	err := dir.do(ctx, func(dfh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Lookup(ctx, dfh, name)
 		return err
 	})
 	if err != nil {
 		return nil, false
 	}
-	a, err := dir.lookupAttr(r.FH, r.Attr)
+	a, err := dir.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil || a.FileID != want.FileID || a.Type != want.Type {
 		return nil, false
 	}
@@ -93,7 +93,7 @@ func (n *node) refresh(old nfs3.FileHandle) (nfs3.FileHandle, bool) {
 // n < len(p) comes with io.EOF when the file ends first.
 func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var m int
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
 		m, err = n.fsys.c.ReadAt(ctx, fh, p, off)
 		return err
 	})

@@ -64,6 +64,12 @@ func mountGoNFS(t testing.TB, srv *fusefstest.Server, opts *Options) *mounted {
 // as it is).
 func mountGoNFSVia(t testing.TB, srv *fusefstest.Server, opts *Options, wrap func(sunrpc.Transport) sunrpc.Transport) *mounted {
 	t.Helper()
+	return mountGoNFSConfig(t, srv, opts, wrap, MountConfig{})
+}
+
+// mountGoNFSConfig is mountGoNFSVia with mc's AllowOther.
+func mountGoNFSConfig(t testing.TB, srv *fusefstest.Server, opts *Options, wrap func(sunrpc.Transport) sunrpc.Transport, mc MountConfig) *mounted {
+	t.Helper()
 	requireFUSE(t)
 	ctx := testCtx(t)
 	tcp, err := sunrpc.DialTCP(ctx, net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port)), nil)
@@ -84,7 +90,7 @@ func mountGoNFSVia(t testing.TB, srv *fusefstest.Server, opts *Options, wrap fun
 		tgt.Close()
 		t.Fatal(err)
 	}
-	m.server, err = Mount(m.dir, m.fsys, MountConfig{FsName: "gonfs:/", DirectMountStrict: true, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
+	m.server, err = Mount(m.dir, m.fsys, MountConfig{FsName: "gonfs:/", DirectMountStrict: true, AllowOther: mc.AllowOther, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
 	if err != nil {
 		m.fsys.Close()
 		tgt.Close()

@@ -48,6 +48,93 @@ type node struct {
 	wbBytes, wbCalls int
 	wbErr            error
 	wbDone           *sync.Cond
+	// Gathered small writes (see gather): pend is sent at pendOff, with
+	// the credential of pendCtx; pendGen numbers the gatherings.
+	pend    []byte
+	pendOff int64
+	pendCtx context.Context
+	pendGen uint64
+
+	// When a LOOKUP last brought the object's attributes (zero: not since
+	// the last open), and whether they showed its data unchanged: an open
+	// right after needs no GETATTR of its own (see Open).
+	lookupAt   time.Time
+	lookupKeep bool
+
+	// A directory's entries as its last READDIRPLUS pages brought them,
+	// by name, for the LOOKUPs that follow a listing (see takePlus).
+	plus map[string]plusEntry
+}
+
+// plusEntry is one entry of a READDIRPLUS reply.
+type plusEntry struct {
+	fh   nfs3.FileHandle
+	attr nfs3.Attr
+	at   time.Time
+}
+
+// maxPlus bounds the entries a directory keeps from its listings.
+const maxPlus = 1 << 16
+
+// plusFresh returns how long an entry of a listing answers LOOKUPs: no
+// longer than its directory's or its own attributes would be trusted.
+func (f *FS) plusFresh() time.Duration {
+	return min(f.opts.AcDirMin, f.opts.AcRegMin)
+}
+
+// putPlus keeps the entries of a READDIRPLUS page that have a handle and
+// attributes.
+func (n *node) putPlus(ents []nfs3.DirEntryPlus) {
+	if n.fsys.plusFresh() <= 0 {
+		return
+	}
+	now := n.fsys.now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for i := range ents {
+		e := &ents[i]
+		if e.FH == nil || e.Attr == nil || e.Name == "." || e.Name == ".." {
+			continue
+		}
+		if n.plus == nil {
+			n.plus = make(map[string]plusEntry)
+		}
+		if len(n.plus) >= maxPlus {
+			for k, p := range n.plus {
+				if now.Sub(p.at) >= n.fsys.plusFresh() {
+					delete(n.plus, k)
+				}
+			}
+			if len(n.plus) >= maxPlus {
+				return
+			}
+		}
+		n.plus[e.Name] = plusEntry{fh: e.FH, attr: *e.Attr, at: now}
+	}
+}
+
+// takePlus returns (and forgets) name's entry from a recent listing.
+func (n *node) takePlus(name string) (plusEntry, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.plus[name]
+	if !ok {
+		return plusEntry{}, false
+	}
+	delete(n.plus, name)
+	if len(n.plus) == 0 {
+		n.plus = nil
+	}
+	return e, n.fsys.now().Sub(e.at) < n.fsys.plusFresh()
+}
+
+// dropPlus forgets the listed entries of names (changed by this mount).
+func (n *node) dropPlus(names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, name := range names {
+		delete(n.plus, name)
+	}
 }
 
 // dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
@@ -124,7 +211,7 @@ func (n *node) invalidateAttr() {
 
 // getattr returns the object's attributes and how long they may be
 // trusted: the cached ones while fresh, unless force, else the server's.
-func (n *node) getattr(force bool) (nfs3.Attr, time.Duration, error) {
+func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
 	if !force {
 		n.mu.Lock()
 		left, ok := n.attrs.fresh(n.fsys.now())
@@ -136,8 +223,8 @@ func (n *node) getattr(force bool) (nfs3.Attr, time.Duration, error) {
 		}
 	}
 	var a nfs3.Attr
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		a, err = n.fsys.c.Getattr(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		a, err = n.fsys.c.Getattr(ctx, fh)
 		return err
 	})
 	if err != nil {
@@ -184,28 +271,29 @@ func (n *node) entryOut(child *node, out *fuse.EntryOut) {
 // child returns the node for the object fh with attributes a, found in n
 // under name: the node already known there if it has the same handle, else
 // a new one (go-fuse merges it with any node of the same identity).
-func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nfs3.Attr) *node {
+//
+// unchanged reports that the node was known and its data did not change.
+func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nfs3.Attr) (c *node, unchanged bool) {
 	if name != "" {
 		if in := n.GetChild(name); in != nil {
 			if c, ok := in.Operations().(*node); ok && bytes.Equal(c.handle(), fh) {
-				c.setAttr(a)
-				return c
+				return c, !c.setAttr(a)
 			}
 		}
 	}
-	c := &node{fsys: n.fsys, fh: fh}
+	c = &node{fsys: n.fsys, fh: fh}
 	c.setAttr(a)
 	n.NewInode(ctx, c, fs.StableAttr{Mode: typeMode(a.Type), Ino: ino(a.FileID), Gen: generation(fh)})
-	return c
+	return c, false
 }
 
 // lookupAttr returns the attributes of fh: a when the server sent them, else
 // a GETATTR's.
-func (n *node) lookupAttr(fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) {
+func (n *node) lookupAttr(ctx context.Context, fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) {
 	if a != nil {
 		return a, nil
 	}
-	got, err := n.fsys.c.Getattr(n.fsys.ctx, fh)
+	got, err := n.fsys.c.Getattr(ctx, fh)
 	if err != nil {
 		return nil, err
 	}
@@ -214,20 +302,41 @@ func (n *node) lookupAttr(fh nfs3.FileHandle, a *nfs3.Attr) (*nfs3.Attr, error) 
 
 // Lookup implements fs.NodeLookuper with LOOKUP (RFC 1813 §3.3.3).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.checkName(name); errno != 0 {
+		return nil, errno
+	}
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
+	if e, ok := n.takePlus(name); ok {
+		// READDIRPLUS just answered it (ls -l): no LOOKUP. The open that
+		// may follow revalidates (lookupAt stays unset).
+		c, _ := n.child(ctx, name, e.fh, &e.attr)
+		n.entryOut(c, out)
+		return c.EmbeddedInode(), 0
+	}
 	var r nfs3.LookupResult
-	err := n.do(func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Lookup(n.fsys.ctx, dir, name)
+	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Lookup(ctx, dir, name)
 		return err
 	})
 	n.setAttr(r.DirAttr)
 	if err != nil {
-		return nil, toErrno(err)
+		if errno := toErrno(err); errno != syscall.ENOENT {
+			return nil, errno
+		}
+		// A negative entry, trusted as long as the directory.
+		_, dirTimeo := n.cached()
+		out.SetEntryTimeout(dirTimeo)
+		return nil, syscall.ENOENT
 	}
-	a, err := n.lookupAttr(r.FH, r.Attr)
+	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	c := n.child(ctx, name, r.FH, a)
+	c, unchanged := n.child(ctx, name, r.FH, a)
+	c.mu.Lock()
+	c.lookupAt, c.lookupKeep = n.fsys.now(), unchanged
+	c.mu.Unlock()
 	n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
 }
@@ -235,7 +344,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	a, timeo, err := n.getattr(false)
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
+	a, timeo, err := n.getattr(ctx, false)
 	if err != nil {
 		n.mu.Lock()
 		open := n.opens > 0
@@ -258,6 +369,8 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 // Setattr implements fs.NodeSetattrer with SETATTR (RFC 1813 §3.3.2): chmod,
 // chown, truncate and utimens.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -281,17 +394,23 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return n.Getattr(ctx, f, out)
 	}
 	// Writes behind land first: a later one would undo a truncation or
-	// an explicit mtime.
+	// an explicit mtime. Gathered writes that are all the file's unsaved
+	// data go FILE_SYNC (as the Linux client flushes a file before
+	// SETATTR): tar's chown, chmod and utimes then leave no COMMIT to
+	// close.
+	if synced, err := n.syncPend(ctx); synced && err != nil {
+		return toErrno(err)
+	}
 	n.drainWriteBehind()
 	if truncate {
 		// Writes still uncommitted must not be resent over the truncation.
-		if err := n.commitDirty(); err != nil {
+		if err := n.commitDirty(ctx); err != nil {
 			return toErrno(err)
 		}
 	}
 	var w nfs3.WccData
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		w, err = n.fsys.c.Setattr(n.fsys.ctx, fh, s, nil)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		w, err = n.fsys.c.Setattr(ctx, fh, s, nil)
 		return err
 	})
 	if truncate {
@@ -320,14 +439,18 @@ func setTime(valid, bit, now uint32, sec uint64, nsec uint32) nfs3.SetTime {
 	case valid&now != 0:
 		return nfs3.SetTime{How: nfs3.SetToServerTime}
 	}
-	return nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.Time{Seconds: uint32(sec), Nseconds: nsec}}
+	// FUSE carries the kernel's signed seconds as 64 bits; NFSv3 has
+	// unsigned 32-bit seconds: clamp as the Linux client does.
+	return nfs3.SetTime{How: nfs3.SetToClientTime, Time: nfs3.TimeOfUnix(int64(sec), int64(nsec))}
 }
 
 // Readlink implements fs.NodeReadlinker with READLINK (RFC 1813 §3.3.5).
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	var r nfs3.ReadlinkResult
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Readlink(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Readlink(ctx, fh)
 		return err
 	})
 	n.setAttr(r.Attr)
@@ -339,9 +462,11 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 
 // Statfs implements fs.NodeStatfser with FSSTAT (RFC 1813 §3.3.18).
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
 	var r nfs3.FSStat
-	err := n.do(func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Fsstat(n.fsys.ctx, fh)
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Fsstat(ctx, fh)
 		return err
 	})
 	if err != nil {
@@ -353,7 +478,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Bfree = r.FreeBytes / bsize
 	out.Bavail = r.AvailBytes / bsize
 	out.Files, out.Ffree = r.TotalFiles, r.FreeFiles
-	out.NameLen = nfs3.MaxNameLen
+	out.NameLen = n.fsys.nameMax
 	return 0
 }
 
@@ -361,7 +486,9 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // UNSTABLE writes. Directories have nothing to sync: NFSv3 directory
 // operations are synchronous.
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return toErrno(n.commitDirty())
+	ctx, done := n.fsys.callCtx(ctx)
+	defer done()
+	return toErrno(n.commitDirty(ctx))
 }
 
 // Allocate implements fs.NodeAllocater: NFSv3 cannot preallocate.

@@ -42,6 +42,12 @@ type Options struct {
 	// one synchronously.
 	WriteBehind int
 
+	// CallerIdentity sends each FUSE request's NFS calls with its caller's
+	// AUTH_SYS credential (uid, gid, supplementary groups), as the kernel
+	// client does, instead of the client's configured one. Off when the
+	// mount fixes one identity (uid=, gid=).
+	CallerIdentity bool
+
 	// ReadOnly refuses every change with EROFS (nfs(5) ro).
 	ReadOnly bool
 
@@ -64,11 +70,13 @@ const (
 )
 
 // DefaultOptions returns the nfs(5) defaults: ac with acregmin=3, acregmax=60,
-// acdirmin=30, acdirmax=60, async, server-chosen rsize/wsize, rw.
+// acdirmin=30, acdirmax=60, async, server-chosen rsize/wsize, rw, each
+// caller's own identity.
 func DefaultOptions() Options {
 	return Options{
 		AcRegMin: DefaultAcRegMin, AcRegMax: DefaultAcRegMax,
 		AcDirMin: DefaultAcDirMin, AcDirMax: DefaultAcDirMax,
+		CallerIdentity: true,
 	}
 }
 

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"io"
 	"sync"
 )
@@ -11,6 +12,12 @@ import (
 // window/rsize READs are in flight while the reader consumes. The window
 // opens one segment at a time and doubles while the reader stays
 // sequential; a random read closes it and goes straight to the server.
+//
+// Sequential is exact: a read is sequential only if it starts where the
+// previous one ended (or falls in a segment already read ahead for a
+// sequential reader: concurrent requests arrive a little out of order). A
+// random reader thus costs exactly the READs of what it asks for; the
+// first read of a handle is not read ahead either.
 //
 // A segment is used only if no change of the file's data by this mount
 // completed after its READ started (node.dataGen), so the reader sees its
@@ -23,6 +30,7 @@ type readAhead struct {
 	mu     sync.Mutex
 	depth  int                // segments read ahead of the one being read
 	next   int64              // where a sequential reader reads next
+	begun  bool               // a read was served (next is known)
 	eof    int64              // a segment ended the file here (-1: not seen)
 	eofGen uint64             // dataGen when eof was seen
 	segs   map[int64]*segment // by index (offset / segSize)
@@ -41,7 +49,7 @@ func newReadAhead(f *openFile, segSize, window int) *readAhead {
 }
 
 // read fills dest from off; n < len(dest) means the file ended (io.EOF).
-func (ra *readAhead) read(dest []byte, off int64) (int, error) {
+func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, error) {
 	n := ra.f.n
 	size := int64(ra.segSize)
 	first, last := off/size, (off+int64(len(dest))-1)/size
@@ -56,16 +64,18 @@ func (ra *readAhead) read(dest []byte, off int64) (int, error) {
 	ra.mu.Lock()
 	_, known := ra.segs[first]
 	// Concurrent requests of one sequential reader (asynchronous direct
-	// I/O, the kernel's own read-ahead) arrive a little out of order:
-	// within the window of the reader's position they are sequential.
-	near := off >= ra.next-int64(ra.maxSegs)*size && off <= ra.next+int64(ra.maxSegs)*size
-	if !near && !known {
-		// Random access: forget the window and read directly.
+	// I/O, the kernel's own read-ahead) arrive a little out of order: one
+	// that falls in a segment already read ahead is sequential too.
+	seq := ra.begun && off == ra.next || known && ra.depth > 0
+	if !seq {
+		// Random access (or the first read): forget the window and read
+		// just what was asked, directly.
 		clear(ra.segs)
 		ra.depth = 0
 		ra.next = off + int64(len(dest))
+		ra.begun = true
 		ra.mu.Unlock()
-		return n.readAt(ra.f.ctx, dest, off)
+		return n.readAt(ctx, dest, off)
 	}
 	ra.depth = min(max(2*ra.depth, 1), ra.maxSegs)
 	ra.next = max(ra.next, off+int64(len(dest)))
@@ -99,13 +109,13 @@ func (ra *readAhead) read(dest []byte, off int64) (int, error) {
 		i := first + int64(k)
 		select {
 		case <-s.done:
-		case <-ra.f.ctx.Done():
-			return total, ra.f.ctx.Err()
+		case <-ctx.Done():
+			return total, ctx.Err()
 		}
 		if s.err != nil || s.gen != gen {
 			// Failed, or older than a write this reader may have made:
 			// read this part directly.
-			m, err := n.readAt(ra.f.ctx, dest[total:], off+int64(total))
+			m, err := n.readAt(ctx, dest[total:], off+int64(total))
 			return total + m, err
 		}
 		segOff := i * size

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The commands.
@@ -14,10 +14,16 @@ const (
 	cmdUnmount = "unmount"
 	cmdStats   = "stats"
 	cmdHelp    = "help"
+	cmdVersion = "version"
 )
 
-// helperName is the name mount(8) runs for "-t nfsrdma".
-const helperName = "mount.nfsrdma"
+// The names mount(8) and umount(8) run this program by: mount.nfsrdma for
+// type nfsrdma, mount.fuse.nfsrdma for fuse.nfsrdma (the type the kernel
+// shows), umount.* for the unmount of either.
+var (
+	mountHelpers   = map[string]bool{"mount.nfsrdma": true, "mount.fuse.nfsrdma": true}
+	unmountHelpers = map[string]bool{"umount.nfsrdma": true, "umount.fuse.nfsrdma": true}
+)
 
 // invocation is a parsed command line.
 type invocation struct {
@@ -31,24 +37,39 @@ type invocation struct {
 	spec       string // server:/export
 	dir        string // the mount point, or the argument of -u and stats
 	readyFD    int    // the daemon child's readiness pipe; 0: none
+	lifelineFD int    // the daemon child's lifeline; 0: none
+
+	lazy, force bool // umount(8)'s -l and -f (umount helper, -u)
+
+	// stats
+	dirs     []string      // mount points; none: all nfsrdma mounts
+	json     bool          // -json
+	interval time.Duration // -i SECONDS; 0: once
+	count    int           // -c N reports; 0: until interrupted
 }
 
 const usage = `usage:
   nfsrdma-mount [-f] [-v] [-o options] server:/export /mountpoint
-  nfsrdma-mount -u /mountpoint
-  nfsrdma-mount stats /mountpoint
+  nfsrdma-mount -u [-l] /mountpoint
+  nfsrdma-mount stats [-json] [-i SECONDS [-c COUNT]] [/mountpoint...]
+  nfsrdma-mount --version
   mount.nfsrdma server:/export /mountpoint [-sfnv] [-o options]   (as mount(8)'s helper)
 
 Mounts an NFSv3 export over RPC-over-RDMA (or TCP) as a FUSE file system.
 Without -f it returns once the mount is live and keeps serving it in the
 background; SIGINT or SIGTERM to that server, nfsrdma-mount -u or umount(8)
-unmount it. The background server logs its warnings to syslog; with -v it
-logs everything, debug included, to the terminal. Options are nfs(5)'s: vers=3, proto=rdma|tcp, port, mountport,
-mountproto=tcp, rsize, wsize, timeo, retrans, hard, soft, retry, ac, noac,
-actimeo, acregmin, acregmax, acdirmin, acdirmax, ro, rw, sync, uid, gid
-(the AUTH_SYS identity), suid, nosuid, dev, nodev, exec, noexec; what
-mount(8) adds for itself (_netdev, nofail, auto, user, defaults, x-*...) is
-ignored.`
+unmount it. The background server logs to syslog (or -o logfile=PATH); -v
+logs debug too, and with -f it stays in the foreground, logging to the
+terminal. stats prints the /proc/self/mountstats format (of every nfsrdma
+mount without a mount point), -json as JSON, -i every SECONDS in the manner
+of nfsiostat. Options are nfs(5)'s: vers=3, proto=rdma|rdma6|tcp|tcp6, port,
+mountport, mountproto=tcp, rsize, wsize, timeo, retrans, hard, soft, retry,
+bg, fg, nconnect, ac, noac, actimeo, acregmin, acregmax, acdirmin, acdirmax,
+lookupcache, cto, nocto, resvport, noresvport, lock, nolock, local_lock, ro,
+rw, sync, sec=sys, uid, gid (the AUTH_SYS identity); mount(8)'s suid,
+nosuid, dev, nodev, exec, noexec, atime, noatime, user, users, remount; what
+mount(8) adds for itself (_netdev, nofail, auto, defaults, x-*...) is
+ignored. See nfsrdma-mount(8).`
 
 // UsageError is a command line that cannot be understood.
 type UsageError struct{ Msg string }
@@ -58,7 +79,12 @@ func (e *UsageError) Error() string { return e.Msg }
 // parseArgs parses the arguments after argv[0]; argv0's base name chooses
 // between the nfsrdma-mount and the mount.nfsrdma syntax.
 func parseArgs(argv0 string, args []string) (*invocation, error) {
-	inv := &invocation{cmd: cmdMount, helper: filepath.Base(argv0) == helperName}
+	base := filepath.Base(argv0)
+	inv := &invocation{cmd: cmdMount, helper: mountHelpers[base]}
+	umountHelper := unmountHelpers[base]
+	if umountHelper {
+		inv.cmd = cmdUnmount
+	}
 	var pos []string
 	var opts []string
 	bad := func(format string, a ...any) error { return &UsageError{Msg: fmt.Sprintf(format, a...)} }
@@ -72,12 +98,41 @@ func parseArgs(argv0 string, args []string) (*invocation, error) {
 		case a == "-h" || a == "--help":
 			inv.cmd = cmdHelp
 			return inv, nil
-		case strings.HasPrefix(a, "--ready-fd="):
-			fd, err := strconv.Atoi(strings.TrimPrefix(a, "--ready-fd="))
+		case a == "-V" || a == "--version":
+			inv.cmd = cmdVersion
+			return inv, nil
+		case strings.HasPrefix(a, "--ready-fd=") || strings.HasPrefix(a, "--lifeline-fd="):
+			name, v, _ := strings.Cut(a, "=")
+			fd, err := strconv.Atoi(v)
 			if err != nil || fd < 3 {
 				return nil, bad("bad %s", a)
 			}
-			inv.readyFD = fd
+			if name == "--ready-fd" {
+				inv.readyFD = fd
+			} else {
+				inv.lifelineFD = fd
+			}
+			continue
+		case inv.cmd == cmdStats && (a == "-json" || a == "--json"):
+			inv.json = true
+			continue
+		case inv.cmd == cmdStats && (a == "-i" || a == "-c"):
+			if i+1 >= len(args) {
+				return nil, bad("%s needs a number", a)
+			}
+			i++
+			n, err := strconv.ParseFloat(args[i], 64)
+			if err != nil || n <= 0 || (a == "-c" && n != float64(int(n))) {
+				return nil, bad("%s %s: want a positive number", a, args[i])
+			}
+			if a == "-i" {
+				inv.interval = time.Duration(n * float64(time.Second))
+			} else {
+				inv.count = int(n)
+			}
+			continue
+		case !inv.helper && !umountHelper && inv.cmd == cmdMount && len(pos) == 0 && a == cmdStats:
+			inv.cmd = cmdStats
 			continue
 		case strings.HasPrefix(a, "--"):
 			return nil, bad("unknown flag %s", a)
@@ -114,16 +169,28 @@ func parseArgs(argv0 string, args []string) (*invocation, error) {
 				inv.verbose = true
 			case 's':
 				inv.sloppy = true
-			case 'n':
-				// mount(8)'s "no /etc/mtab": there is none to write.
+			case 'n', 'r', 'i':
+				// mount(8)'s "no /etc/mtab" (there is none to write);
+				// umount(8)'s -r (remount ro on failure: not done) and -i.
+				if c != 'n' && !umountHelper {
+					return nil, bad("unknown flag -%c", c)
+				}
+			case 'l':
+				if !umountHelper && inv.cmd != cmdUnmount {
+					return nil, bad("unknown flag -l")
+				}
+				inv.lazy = true
 			case 'f':
-				if inv.helper {
+				switch {
+				case umountHelper || inv.cmd == cmdUnmount:
+					inv.force = true
+				case inv.helper:
 					inv.fake = true
-				} else {
+				default:
 					inv.foreground = true
 				}
 			case 'u':
-				if inv.helper {
+				if inv.helper || umountHelper {
 					return nil, bad("unknown flag -u")
 				}
 				inv.cmd = cmdUnmount
@@ -133,12 +200,17 @@ func parseArgs(argv0 string, args []string) (*invocation, error) {
 		}
 	}
 	inv.opts = strings.Join(opts, ",")
-	if !inv.helper && inv.cmd == cmdMount && len(pos) > 0 && pos[0] == cmdStats {
+	if !inv.helper && !umountHelper && inv.cmd == cmdMount && len(pos) > 0 && pos[0] == cmdStats {
 		inv.cmd = cmdStats
 		pos = pos[1:]
 	}
 	switch inv.cmd {
-	case cmdUnmount, cmdStats:
+	case cmdStats:
+		inv.dirs = pos
+		if inv.count > 0 && inv.interval == 0 {
+			return nil, bad("-c needs -i")
+		}
+	case cmdUnmount:
 		if len(pos) != 1 {
 			return nil, bad("%s needs one mount point", inv.cmd)
 		}
@@ -177,5 +249,3 @@ func splitSpec(spec string) (host, export string, err error) {
 	}
 	return host, export, nil
 }
-
-var errNotMounted = errors.New("not mounted")

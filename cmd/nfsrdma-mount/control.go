@@ -20,16 +20,72 @@ import (
 // one command a connection ("stats" or "unmount", one line) and read the
 // answer until EOF. An unmount answer is "ok" or "error: ...".
 
-// controlDir is where the sockets live: /run/nfsrdma for root, else the
-// user's runtime directory.
+// controlDir is where this process's server puts its socket: /run/nfsrdma
+// for root, else the user's runtime directory ($XDG_RUNTIME_DIR, or
+// /run/user/UID), else /tmp/nfsrdma-UID.
 func controlDir() string {
+	return controlDirs(os.Geteuid())[0]
+}
+
+// controlDirs lists where a server of user uid may have put its socket,
+// the likeliest first: mount(8) runs a user's helper without
+// $XDG_RUNTIME_DIR, the user's shell has it.
+func controlDirs(uid int) []string {
+	if uid == 0 {
+		return []string{"/run/nfsrdma"}
+	}
+	var ds []string
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" && uid == os.Geteuid() {
+		ds = append(ds, filepath.Join(d, "nfsrdma"))
+	}
+	run := fmt.Sprintf("/run/user/%d", uid)
+	if fi, err := os.Stat(run); err == nil && fi.IsDir() {
+		ds = append(ds, filepath.Join(run, "nfsrdma"))
+	}
+	ds = append(ds, filepath.Join(os.TempDir(), fmt.Sprintf("nfsrdma-%d", uid)))
+	seen := map[string]bool{}
+	out := ds[:0]
+	for _, d := range ds {
+		if !seen[d] {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// socketCandidates lists the control sockets that may serve dir: in this
+// user's directories, and in those of owner (a mount's user_id, -1 to look
+// it up in mountinfo) when this is root.
+func socketCandidates(dir string, owner int) []string {
+	c, err := canonicalDir(dir)
+	if err != nil {
+		return nil
+	}
+	sum := sha256.Sum256([]byte(c))
+	name := hex.EncodeToString(sum[:8]) + ".sock"
+	uids := []int{os.Geteuid()}
 	if os.Geteuid() == 0 {
-		return "/run/nfsrdma"
+		if owner < 0 {
+			if top := topMount(c); top != nil {
+				owner = top.OwnerUID()
+			}
+		}
+		if owner > 0 {
+			uids = append(uids, owner)
+		}
 	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "nfsrdma")
+	var out []string
+	for _, uid := range uids {
+		for _, d := range controlDirs(uid) {
+			out = append(out, filepath.Join(d, name))
+		}
 	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("nfsrdma-%d", os.Geteuid()))
+	return out
+}
+
+func dialControl(path string) (net.Conn, error) {
+	return net.DialTimeout("unix", path, 5*time.Second)
 }
 
 // canonicalDir returns the absolute, clean form of a mount point, which
@@ -57,7 +113,7 @@ func socketPath(dir string) (string, error) {
 type controlServer struct {
 	ln      net.Listener
 	path    string
-	stats   func() string
+	stats   func(json bool) string
 	unmount func() error
 	wg      sync.WaitGroup
 }
@@ -67,7 +123,7 @@ var ErrAlreadyServed = errors.New("a running nfsrdma-mount already serves this m
 
 // listenControl creates dir's control socket. A socket left by a server that
 // died is replaced; one that answers is ErrAlreadyServed.
-func listenControl(dir string, stats func() string, unmount func() error) (*controlServer, error) {
+func listenControl(dir string, stats func(json bool) string, unmount func() error) (*controlServer, error) {
 	path, err := socketPath(dir)
 	if err != nil {
 		return nil, err
@@ -113,7 +169,9 @@ func (s *controlServer) answer(c net.Conn) {
 	c.SetReadDeadline(time.Time{})
 	switch strings.TrimSpace(line) {
 	case "stats":
-		io.WriteString(c, s.stats())
+		io.WriteString(c, s.stats(false))
+	case "stats-json":
+		io.WriteString(c, s.stats(true))
 	case "unmount":
 		if err := s.unmount(); err != nil {
 			fmt.Fprintf(c, "error: %v\n", err)
@@ -146,14 +204,34 @@ func (e *NoServerError) Unwrap() error { return e.Err }
 
 // controlRequest sends cmd to dir's server and returns its answer.
 func controlRequest(dir, cmd string, timeout time.Duration) (string, error) {
-	path, err := socketPath(dir)
-	if err != nil {
-		return "", err
+	reply, _, err := controlRequestOwned(dir, cmd, timeout)
+	return reply, err
+}
+
+// controlRequestOwned sends cmd to the server of dir, wherever its socket
+// is (see socketCandidates), and returns its answer and its socket.
+func controlRequestOwned(dir, cmd string, timeout time.Duration) (string, string, error) {
+	paths := socketCandidates(dir, -1)
+	if len(paths) == 0 {
+		return "", "", fmt.Errorf("%s: bad mount point", dir)
 	}
-	c, err := net.DialTimeout("unix", path, 5*time.Second)
-	if err != nil {
-		return "", &NoServerError{Dir: dir, Socket: path, Err: err}
+	var c net.Conn
+	var path string
+	var derr error
+	for _, p := range paths {
+		if c, derr = dialControl(p); derr == nil {
+			path = p
+			break
+		}
 	}
+	if c == nil {
+		return "", "", &NoServerError{Dir: dir, Socket: paths[0], Err: derr}
+	}
+	reply, err := exchange(c, path, cmd, timeout)
+	return reply, path, err
+}
+
+func exchange(c net.Conn, path, cmd string, timeout time.Duration) (string, error) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(timeout))
 	if _, err := io.WriteString(c, cmd+"\n"); err != nil {

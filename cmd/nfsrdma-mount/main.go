@@ -3,15 +3,20 @@
 // installed as /sbin/mount.nfsrdma:
 //
 //	nfsrdma-mount [-f] [-v] [-o options] server:/export /mountpoint
-//	nfsrdma-mount -u /mountpoint
-//	nfsrdma-mount stats /mountpoint
+//	nfsrdma-mount -u [-l] /mountpoint
+//	nfsrdma-mount stats [-json] [-i SECONDS [-c COUNT]] [/mountpoint...]
+//	nfsrdma-mount --version
 //	mount -t nfsrdma -o options server:/export /mountpoint
 //
 // Without -f the command returns once the mount is live (or fails with the
-// reason) and a background server, the same program re-executed with -f,
-// serves it; SIGINT or SIGTERM to it, "nfsrdma-mount -u" or umount(8)
-// unmount it. "stats" prints its transport counters and per-operation
-// counts and round-trip times, fetched through its control socket.
+// reason; with bg, once the first attempt failed) and a background server,
+// the same program re-executed with -f, serves it; SIGINT or SIGTERM to it,
+// "nfsrdma-mount -u" or umount(8) unmount it. "stats" prints its
+// counters in the format of /proc/self/mountstats (which mountstats(8) and
+// nfsiostat(8) read), fetched through its control socket. Installed as
+// mount.fuse.nfsrdma and umount.fuse.nfsrdma too, it serves mount(8) and
+// umount(8) for the type the kernel shows, fuse.nfsrdma. The manual page is
+// doc/nfsrdma-mount.8.
 package main
 
 import (
@@ -24,8 +29,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
-	"time"
 )
 
 // Exit codes, as mount(8) reads them from a helper.
@@ -36,6 +42,11 @@ const (
 )
 
 func main() {
+	if os.Getenv("PATH") == "" {
+		// mount(8) may run its helpers without a PATH; fusermount (and
+		// go-fuse, which runs it) must still be found.
+		os.Setenv("PATH", standardPath)
+	}
 	os.Exit(run(os.Args[0], os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -50,16 +61,13 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 	case cmdHelp:
 		fmt.Fprintln(stdout, usage)
 		return exitOK
-	case cmdStats:
-		text, err := controlRequest(inv.dir, "stats", 10*time.Second)
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: stats: %v\n", name, err)
-			return exitMountErr
-		}
-		io.WriteString(stdout, text)
+	case cmdVersion:
+		fmt.Fprintf(stdout, "nfsrdma-mount %s\n", versionString())
 		return exitOK
+	case cmdStats:
+		return statsCommand(name, inv, stdout, stderr)
 	case cmdUnmount:
-		if err := unmountDir(inv.dir); err != nil {
+		if err := unmountDir(inv.dir, inv.lazy, inv.force); err != nil {
 			fmt.Fprintf(stderr, "%s: unmount %s: %v\n", name, inv.dir, err)
 			return exitMountErr
 		}
@@ -73,7 +81,16 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case inv.fake:
 		// mount(8) -f: everything but the mount.
+		if opts.Remount {
+			return exitOK
+		}
 		if err := checkMountPoint(inv.dir); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return exitMountErr
+		}
+		return exitOK
+	case opts.Remount:
+		if err := remount(inv, opts); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return exitMountErr
 		}
@@ -81,49 +98,89 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 	case inv.foreground || inv.readyFD > 0:
 		return serve(name, inv, opts, stderr)
 	}
-	if err := daemonize(inv); err != nil {
+	if _, err := daemonize(inv, stderr); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return exitMountErr
 	}
 	return exitOK
 }
 
-// serve mounts and serves until unmounted. With a readiness fd (the daemon
-// child) it reports "ready" or the error there.
+// serve mounts and serves until unmounted. As the background server (with a
+// readiness fd) it reports "ready", "bg: ..." or the error there, and then
+// lets go of its stderr (see daemonize).
 func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) int {
 	level := slog.LevelWarn
 	if inv.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if inv.readyFD > 0 && !inv.verbose {
-		// The background server: its stderr goes nowhere, so its warnings
-		// go to the system log when there is one.
-		if sl, err := newSyslogLogger("", "", "nfsrdma-mount", slog.LevelWarn); err == nil {
-			log = sl
-		}
-	}
+	sw := newSwitchHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(sw)
+	// The server daemonize started (it has a lifeline) reports on its
+	// readiness pipe and then detaches from its caller. A readiness pipe
+	// alone (a supervisor that keeps the server's output) only reports.
+	background := inv.lifelineFD > 0 && inv.readyFD > 0
 	var ready *os.File
 	if inv.readyFD > 0 {
 		ready = os.NewFile(uintptr(inv.readyFD), "ready")
 	}
-	report := func(err error) {
-		if ready == nil {
-			return
+	var later slog.Handler // the log once detached
+	var laterFile *os.File // and where the output goes, when a file
+	if background {
+		// Nothing this server writes may kill it once its caller's
+		// pipe is gone.
+		signal.Ignore(syscall.SIGPIPE)
+		var warning string
+		later, laterFile, warning = backgroundLog(opts.LogFile, level)
+		if warning != "" {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", name, warning)
 		}
-		msg := "ready\n"
-		if err != nil {
-			msg = "error: " + strings.ReplaceAll(err.Error(), "\n", " ") + "\n"
+	} else if opts.LogFile != "" {
+		if h, _, warning := backgroundLog(opts.LogFile, level); warning != "" {
+			fmt.Fprintf(stderr, "%s: warning: %s\n", name, warning)
+		} else {
+			sw.set(h)
 		}
-		io.WriteString(ready, msg)
-		ready.Close()
-		ready = nil
+	}
+	var detached atomic.Bool
+	var reportOnce sync.Once
+	// report tells the mount command (or supervisor) how the mount went.
+	// The background server then stops writing where its caller reads:
+	// its log goes to syslog or the log file, its output (a panic's, a
+	// SIGQUIT's goroutines) to the log file or /dev/null.
+	report := func(line string) {
+		reportOnce.Do(func() {
+			if ready == nil {
+				return
+			}
+			if background {
+				sw.set(later)
+				if err := detachOutput(laterFile); err != nil {
+					log.Warn("detaching from the terminal", "err", err)
+				}
+				detached.Store(true)
+			}
+			io.WriteString(ready, strings.ReplaceAll(line, "\n", " ")+"\n")
+			ready.Close()
+		})
+	}
+	// fail reports a failed mount: to the mount command, which prints it
+	// (a supervisor gets it on stderr too), or on stderr in the
+	// foreground, or to the log once detached (bg).
+	fail := func(err error) {
+		switch {
+		case detached.Load():
+			log.Error("mount failed", "spec", inv.spec, "dir", inv.dir, "err", err)
+		case background:
+			report(errPrefix + err.Error())
+		default:
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			report(errPrefix + err.Error())
+		}
 	}
 	host, export, _ := splitSpec(inv.spec)
 	dir, err := canonicalDir(inv.dir)
 	if err != nil {
-		report(err)
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fail(err)
 		return exitMountErr
 	}
 	m := &mountServer{inv: inv, opts: opts, host: host, export: export, dir: dir, log: log}
@@ -141,14 +198,33 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		case <-ctx.Done():
 		}
 	}()
+	if inv.lifelineFD > 0 {
+		lifeline := os.NewFile(uintptr(inv.lifelineFD), "lifeline")
+		go func() {
+			// End of file: the mount command exited (Ctrl-C, killed).
+			// Before the report that ends its wait, that abandons the
+			// mount; after it, nothing.
+			io.Copy(io.Discard, lifeline)
+			lifeline.Close()
+			if !detached.Load() {
+				log.Warn("the mount command went away: giving up the mount", "dir", dir)
+				cancel()
+			}
+		}()
+	}
+	if opts.Background && background {
+		m.onRetry = func(err error) { report(bgPrefix + err.Error()) }
+	}
 	if err := m.mount(ctx); err != nil {
-		report(err)
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		if errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w: %w", ErrCancelled, err)
+		}
+		fail(err)
 		return exitMountErr
 	}
 	cancel()
+	report(readyLine)
 	log.Info("mounted", "spec", inv.spec, "dir", dir, "opts", opts.String())
-	report(nil)
 	go func() {
 		if _, ok := <-sigc; ok {
 			log.Info("signal: unmounting", "dir", dir)
@@ -156,58 +232,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		}
 	}()
 	m.fuse.Wait()
-	m.release()
 	log.Info("unmounted", "dir", dir)
+	m.release()
 	return exitOK
-}
-
-// unmountDir asks dir's server to unmount and waits for it to finish; with
-// no server answering it unmounts directly (umount2, or fusermount -u when
-// not root).
-func unmountDir(dir string) error {
-	reply, err := controlRequest(dir, "unmount", time.Minute)
-	var nse *NoServerError
-	if errors.As(err, &nse) {
-		return unmountDirect(dir)
-	}
-	if err != nil {
-		return err
-	}
-	if msg, ok := strings.CutPrefix(strings.TrimSpace(reply), "error: "); ok {
-		return errors.New(msg)
-	}
-	// The server removes its socket last, once it has let go of everything.
-	path, _ := socketPath(dir)
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-	}
-	return fmt.Errorf("unmounted, but the server has not exited (socket %s remains)", path)
-}
-
-func unmountDirect(dir string) error {
-	c, err := canonicalDir(dir)
-	if err != nil {
-		return err
-	}
-	if os.Geteuid() != 0 {
-		for _, name := range []string{"fusermount3", "fusermount"} {
-			if path, err := lookPath(name); err == nil {
-				out, err := runCommand(path, "-u", c)
-				if err != nil {
-					return fmt.Errorf("%s -u: %v: %s", name, err, strings.TrimSpace(out))
-				}
-				return nil
-			}
-		}
-		return errors.New("no server answers, and without root neither fusermount3 nor fusermount is installed")
-	}
-	switch err := syscall.Unmount(c, 0); {
-	case errors.Is(err, syscall.EINVAL):
-		return fmt.Errorf("%s: %w", c, errNotMounted)
-	case err != nil:
-		return err
-	}
-	return nil
 }

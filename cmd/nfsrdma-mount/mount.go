@@ -8,12 +8,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/fusefs"
@@ -39,9 +39,14 @@ type mountServer struct {
 	log          *slog.Logger
 	started      time.Time
 
+	// onRetry, when set, is called when an attempt to reach the server
+	// failed and another follows (bg hands the mount to the background).
+	onRetry func(error)
+
 	cred    sunrpc.OpaqueAuth
-	rdma    *xprt.Transport      // proto=rdma
-	tcp     *sunrpc.TCPTransport // proto=tcp
+	addr    netip.Addr             // the server's address, for NFS
+	rdma    []*xprt.Transport      // proto=rdma: nconnect of them
+	tcp     []*sunrpc.TCPTransport // proto=tcp
 	metered *fusefs.MeteredTransport
 	client  *nfs3.Client
 	fsys    *fusefs.FS
@@ -84,12 +89,10 @@ func checkFUSE() error {
 	if os.Geteuid() == 0 {
 		return nil
 	}
-	for _, name := range []string{"fusermount3", "fusermount"} {
-		if _, err := exec.LookPath(name); err == nil {
-			return nil
-		}
+	if _, err := fusermountPath(); err != nil {
+		return fmt.Errorf("not root, and %v: install fuse3, or mount as root", err)
 	}
-	return errors.New("not root, and neither fusermount3 nor fusermount is installed (install fuse3, or mount as root)")
+	return nil
 }
 
 // credential returns the AUTH_SYS credential: the caller's, or uid=/gid=.
@@ -131,17 +134,25 @@ func openFabric() (verbs.Fabric, error) {
 	return fab, nil
 }
 
-// resolve returns an address of host.
-func resolve(ctx context.Context, host string) (netip.Addr, error) {
+// resolve returns an address of host: IPv4 preferred, or IPv6 only (proto
+// tcp6 or rdma6).
+func resolve(ctx context.Context, host string, v6 bool) (netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
+		if v6 && a.Unmap().Is4() {
+			return netip.Addr{}, fmt.Errorf("%s is an IPv4 address, and the protocol is IPv6 (tcp6 or rdma6)", host)
+		}
 		return a, nil
 	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	network := "ip"
+	if v6 {
+		network = "ip6"
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, network, host)
 	if err != nil {
 		return netip.Addr{}, err
 	}
 	for _, a := range addrs {
-		if a.Unmap().Is4() {
+		if !v6 && a.Unmap().Is4() {
 			return a.Unmap(), nil
 		}
 	}
@@ -203,6 +214,9 @@ func (m *mountServer) connect(ctx context.Context, fab verbs.Fabric) (nfs3.FileH
 			return nil, err
 		}
 		m.log.Warn("server not reachable, trying again", "try", try, "err", err)
+		if m.onRetry != nil {
+			m.onRetry(fmt.Errorf("the server is not reachable (%w); trying again for %d minutes", err, int(time.Until(deadline).Round(time.Minute).Minutes())))
+		}
 		select {
 		case <-time.After(2 * time.Second):
 		case <-ctx.Done():
@@ -211,9 +225,14 @@ func (m *mountServer) connect(ctx context.Context, fab verbs.Fabric) (nfs3.FileH
 	}
 }
 
-func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (nfs3.FileHandle, error) {
+func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root nfs3.FileHandle, err error) {
 	tcpOpts := &sunrpc.TCPOptions{Logger: m.log}
-	mc, err := nfs3.DialMount(ctx, m.host, m.opts.MountPort, m.cred, tcpOpts)
+	ip, err := resolve(ctx, m.host, m.opts.IPv6)
+	if err != nil {
+		return nil, err
+	}
+	m.addr = ip
+	mc, err := nfs3.DialMount(ctx, ip.String(), m.opts.MountPort, m.cred, tcpOpts)
 	if err != nil {
 		return nil, fmt.Errorf("MOUNT service: %w", err)
 	}
@@ -222,42 +241,58 @@ func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (nfs3.F
 	if err != nil {
 		return nil, explainMount(m.export, err)
 	}
+	var ts []sunrpc.Transport
+	defer func() {
+		if err != nil {
+			for _, t := range ts {
+				t.Close()
+			}
+			m.rdma, m.tcp = nil, nil
+		}
+	}()
 	switch m.opts.Proto {
 	case "rdma":
-		ip, err := resolve(ctx, m.host)
-		if err != nil {
-			return nil, err
-		}
 		maxIO := max(m.opts.Rsize, m.opts.Wsize)
 		if maxIO == 0 {
 			maxIO = maxIOSize
 		}
-		t, err := xprt.Dial(ctx, xprt.Config{
-			Fabric:  fab,
-			Addr:    netip.AddrPortFrom(ip, uint16(m.opts.Port)),
-			MaxIO:   int(maxIO),
-			Timeout: m.opts.Timeo,
-			Logger:  m.log,
-		})
-		if err != nil {
-			return nil, err
+		for range m.opts.NConnect {
+			t, err := xprt.Dial(ctx, xprt.Config{
+				Fabric:  fab,
+				Addr:    netip.AddrPortFrom(ip, uint16(m.opts.Port)),
+				MaxIO:   int(maxIO),
+				Timeout: m.opts.Timeo,
+				Logger:  m.log,
+			})
+			if err != nil {
+				return nil, err
+			}
+			m.rdma = append(m.rdma, t)
+			ts = append(ts, t)
 		}
-		m.rdma = t
-		m.metered = fusefs.NewMeteredTransport(t)
 	case "tcp":
 		port := m.opts.Port
 		if port == 0 {
-			if port, err = sunrpc.LookupPort(ctx, m.host, nfs3.Program, nfs3.Version, tcpOpts); err != nil {
+			if port, err = sunrpc.LookupPort(ctx, ip.String(), nfs3.Program, nfs3.Version, tcpOpts); err != nil {
 				return nil, fmt.Errorf("NFS service port: %w", err)
 			}
 		}
-		t, err := sunrpc.DialTCP(ctx, net.JoinHostPort(m.host, strconv.Itoa(port)), tcpOpts)
-		if err != nil {
+		for range m.opts.NConnect {
+			t, err := sunrpc.DialTCP(ctx, net.JoinHostPort(ip.String(), strconv.Itoa(port)), tcpOpts)
+			if err != nil {
+				return nil, err
+			}
+			m.tcp = append(m.tcp, t)
+			ts = append(ts, t)
+		}
+	}
+	var t sunrpc.Transport = ts[0]
+	if len(ts) > 1 {
+		if t, err = sunrpc.NewMultiTransport(ts...); err != nil {
 			return nil, err
 		}
-		m.tcp = t
-		m.metered = fusefs.NewMeteredTransport(t)
 	}
+	m.metered = fusefs.NewMeteredTransport(t)
 	return res.FH, nil
 }
 
@@ -271,14 +306,17 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 			err = &MountError{Spec: m.inv.spec, Dir: m.inv.dir, Err: err}
 		}
 	}()
+	if _, err := controlRequest(m.dir, "ping", 2*time.Second); err == nil {
+		return fmt.Errorf("%s: %w", m.dir, ErrAlreadyServed)
+	}
+	if err := clearMountPoint(m.dir, m.log.Warn); err != nil {
+		return err
+	}
 	if err := checkMountPoint(m.inv.dir); err != nil {
 		return err
 	}
 	if err := checkFUSE(); err != nil {
 		return err
-	}
-	if _, err := controlRequest(m.dir, "ping", 2*time.Second); err == nil {
-		return fmt.Errorf("%s: %w", m.dir, ErrAlreadyServed)
 	}
 	if m.cred, err = credential(m.opts); err != nil {
 		return err
@@ -294,11 +332,11 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		return err
 	}
 	rsize, wsize := m.opts.Rsize, m.opts.Wsize
-	if m.rdma != nil {
+	if len(m.rdma) > 0 {
 		rsize, wsize = cmp(rsize, maxIOSize), cmp(wsize, maxIOSize)
 	}
 	retry := sunrpc.RetryPolicy{Timeout: m.opts.Timeo, Retrans: m.opts.Retrans, Hard: m.opts.Hard}
-	if m.rdma != nil && m.opts.Hard {
+	if len(m.rdma) > 0 && m.opts.Hard {
 		// Over RDMA the transport itself retransmits: after timeo it
 		// resets the connection and sends the call again on a new one
 		// (a same-xid resend on the old connection would leave the
@@ -332,14 +370,50 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		MountFlags:  m.opts.MountFlags,
 		Debug:       m.inv.verbose && os.Getenv("NFSRDMA_FUSE_DEBUG") != "",
 	}
-	if m.fuse, err = fusefs.Mount(m.dir, m.fsys, mc); err != nil {
+	fo := m.fsys.FUSEOptions(mc)
+	fo.MountOptions.Options = append(fo.MountOptions.Options, flagOptions(m.opts.MountFlags, !root0)...)
+	if m.fuse, err = fs.Mount(m.dir, m.fsys.Root(), fo); err != nil {
+		if strings.Contains(err.Error(), "fusermount exited") {
+			// go-fuse says only that; fusermount's own message went to
+			// stderr, which the mount command shows above this one.
+			return fmt.Errorf("FUSE mount: %v (fusermount's message above says why)", strings.TrimSpace(err.Error()))
+		}
 		return fmt.Errorf("FUSE mount: %w", err)
 	}
-	if m.ctl, err = listenControl(m.dir, m.statsText, m.unmount); err != nil {
+	if m.ctl, err = listenControl(m.dir, m.statsAnswer, m.unmount); err != nil {
 		return err
 	}
 	m.started = time.Now()
 	return nil
+}
+
+// flagOptions returns the VFS flags as FUSE mount options. go-fuse turns
+// [no]suid, [no]dev and [no]exec back into flags for mount(2); fusermount
+// takes the atime ones too (for mount(2) they are in the flags already).
+// Without root, suid and dev are not asked for: fusermount refuses them.
+func flagOptions(flags uintptr, fusermount bool) []string {
+	var s []string
+	pair := func(bit uintptr, on, off string) {
+		if flags&bit != 0 {
+			s = append(s, on)
+		} else if off != "" {
+			s = append(s, off)
+		}
+	}
+	if fusermount {
+		pair(syscall.MS_NOSUID, "nosuid", "")
+		pair(syscall.MS_NODEV, "nodev", "")
+	} else {
+		pair(syscall.MS_NOSUID, "nosuid", "suid")
+		pair(syscall.MS_NODEV, "nodev", "dev")
+	}
+	pair(syscall.MS_NOEXEC, "noexec", "exec")
+	if fusermount {
+		pair(syscall.MS_NOATIME, "noatime", "")
+		pair(syscall.MS_NODIRATIME, "nodiratime", "")
+		pair(syscall.MS_STRICTATIME, "strictatime", "")
+	}
+	return s
 }
 
 // cmp returns v, or def when v is 0.
@@ -388,7 +462,11 @@ func (m *mountServer) release() {
 	}
 	if m.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if mc, err := nfs3.DialMount(ctx, m.host, m.opts.MountPort, m.cred, &sunrpc.TCPOptions{Logger: m.log}); err == nil {
+		host := m.host
+		if m.addr.IsValid() {
+			host = m.addr.String()
+		}
+		if mc, err := nfs3.DialMount(ctx, host, m.opts.MountPort, m.cred, &sunrpc.TCPOptions{Logger: m.log}); err == nil {
 			if err := mc.Umnt(ctx, m.export); err != nil {
 				m.log.Debug("UMNT", "err", err)
 			}
@@ -402,26 +480,4 @@ func (m *mountServer) release() {
 	if m.ctl != nil {
 		m.ctl.Close()
 	}
-}
-
-// statsText is the answer to "stats": in the spirit of /proc/self/mountstats.
-func (m *mountServer) statsText() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "device %s mounted on %s with fstype fuse.nfsrdma\n", m.inv.spec, m.dir)
-	fmt.Fprintf(&b, "\topts:\t%s\n", m.opts)
-	fmt.Fprintf(&b, "\tage:\t%d\n", int(time.Since(m.started).Seconds()))
-	fmt.Fprintf(&b, "\tpid:\t%d\n", os.Getpid())
-	rsize, wsize := m.fsys.IOSizes()
-	fmt.Fprintf(&b, "\tcaps:\trsize=%d,wsize=%d\n", rsize, wsize)
-	switch {
-	case m.rdma != nil:
-		fmt.Fprintf(&b, "\txprt:\trdma %s:%d %s\n", m.host, m.opts.Port, m.rdma.Counters().String())
-	case m.tcp != nil:
-		s := m.tcp.Stats()
-		fmt.Fprintf(&b, "\txprt:\ttcp %s connects %d connection_losses %d retransmits %d unmatched_replies %d malformed_records %d\n",
-			m.tcp.Addr(), s.Connects, s.ConnectionLosses, s.Retransmits, s.UnmatchedReplies, s.MalformedRecords)
-	}
-	b.WriteString("\tper-op statistics\n")
-	fusefs.WriteStats(&b, m.metered.Stats())
-	return b.String()
 }

@@ -28,13 +28,30 @@ type mountOptions struct {
 	Retrans   int
 	Hard      bool
 	Retry     time.Duration // how long to keep trying to mount (retry=, minutes)
-	FS        fusefs.Options
-	UID, GID  *uint32 // the AUTH_SYS identity; nil: the caller's
+	RetrySet  bool          // retry= was given (bg changes the default)
+	// Background (bg): when the first attempt to reach the server fails,
+	// the command returns 0 and the server keeps trying in the background.
+	Background bool
+	IPv6       bool // proto=tcp6 or rdma6: the server's IPv6 address
+	NConnect   int  // transports to the server, calls spread across them
+	FS         fusefs.Options
+	UID, GID   *uint32 // the AUTH_SYS identity; nil: the caller's
 	// MountFlags are the VFS flags of the FUSE mount (nosuid, nodev by
-	// default as for every FUSE mount; suid, dev, noexec... change them).
+	// default as for every FUSE mount; suid, dev, noexec, noatime...
+	// change them; user and users imply noexec, nosuid, nodev).
 	MountFlags uintptr
-	Ignored    []string // options accepted and ignored (mount(8)'s own)
-	canonical  []string // the options in effect, for display
+	// Accepted nfs(5) options that this client honours in its own way
+	// (see the man page): lookupcache, cto/nocto, resvport/noresvport,
+	// local_lock, lock/nolock.
+	LookupCache string // "all", "pos" or "none"
+	NoCTO       bool
+	NoResvPort  bool
+	LocalLock   string // "none", "flock", "posix" or "all"
+	NoLock      bool
+	LogFile     string   // logfile=: the background server's log
+	Remount     bool     // remount: change the VFS flags of a live mount
+	Ignored     []string // options accepted and ignored (mount(8)'s own)
+	canonical   []string // the options in effect, for display
 }
 
 // Limits of rsize and wsize: the RPC-over-RDMA transport's largest I/O
@@ -59,27 +76,60 @@ func (e *OptionError) Error() string {
 // NFS client.
 var ignoredOptions = map[string]bool{
 	"defaults": true, "_netdev": true, "nofail": true, "auto": true, "noauto": true,
-	"user": true, "nouser": true, "users": true, "owner": true, "group": true, "loud": true, "silent": true,
-	"atime": true, "noatime": true, "relatime": true, "norelatime": true, "strictatime": true,
-	"nostrictatime": true, "lazytime": true, "nolazytime": true, "diratime": true, "nodiratime": true,
-	"fg": true, "intr": true, "nointr": true, "nolock": true, "async": true, "sec=sys": true,
+	"nouser": true, "loud": true, "silent": true,
+	"lazytime": true, "nolazytime": true,
+	"intr": true, "nointr": true, "async": true, "sec=sys": true,
 }
+
+// fuseOptions are the FUSE mount's own options, which mount(8) passes back
+// (from /proc/self/mountinfo) on a remount.
+var fuseOptions = map[string]bool{
+	"user_id": true, "group_id": true, "default_permissions": true, "allow_other": true,
+	"max_read": true, "blksize": true, "fd": true, "rootmode": true, "fsname": true, "subtype": true,
+}
+
+// vfsFlags are the options that set or clear a VFS mount flag.
+var vfsFlags = map[string]struct {
+	bit uintptr
+	set bool
+}{
+	"suid": {syscall.MS_NOSUID, false}, "nosuid": {syscall.MS_NOSUID, true},
+	"dev": {syscall.MS_NODEV, false}, "nodev": {syscall.MS_NODEV, true},
+	"exec": {syscall.MS_NOEXEC, false}, "noexec": {syscall.MS_NOEXEC, true},
+	"atime": {syscall.MS_NOATIME, false}, "noatime": {syscall.MS_NOATIME, true},
+	"diratime": {syscall.MS_NODIRATIME, false}, "nodiratime": {syscall.MS_NODIRATIME, true},
+	"relatime": {syscall.MS_RELATIME, true}, "norelatime": {syscall.MS_RELATIME, false},
+	"strictatime": {syscall.MS_STRICTATIME, true}, "nostrictatime": {syscall.MS_STRICTATIME, false},
+}
+
+// maxNConnect is nfs(5)'s limit of nconnect.
+const maxNConnect = 16
 
 // parseOptions parses a comma-separated -o string. With sloppy (mount -s),
 // unknown options are ignored instead of refused.
 func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 	o := &mountOptions{
-		Proto:      "rdma",
-		Port:       -1,
-		Hard:       true,
-		Timeo:      60 * time.Second,
-		Retrans:    2,
-		Retry:      2 * time.Minute,
-		FS:         fusefs.DefaultOptions(),
-		MountFlags: syscall.MS_NOSUID | syscall.MS_NODEV,
+		Proto:       "rdma",
+		Port:        -1,
+		Hard:        true,
+		Timeo:       60 * time.Second,
+		Retrans:     2,
+		Retry:       2 * time.Minute,
+		NConnect:    1,
+		FS:          fusefs.DefaultOptions(),
+		MountFlags:  syscall.MS_NOSUID | syscall.MS_NODEV,
+		LookupCache: "all",
+		LocalLock:   "none",
 	}
 	var noac bool
 	var actimeo *time.Duration
+	for _, opt := range strings.Split(s, ",") {
+		// A remount's options (the mount's own, which mount(8) passes
+		// back, FUSE's included) may come before "remount".
+		if strings.TrimSpace(opt) == "remount" {
+			o.Remount = true
+		}
+	}
 	for _, opt := range strings.Split(s, ",") {
 		opt = strings.TrimSpace(opt)
 		if opt == "" {
@@ -115,6 +165,20 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 		case strings.HasPrefix(name, "x-") || name == "comment":
 			o.Ignored = append(o.Ignored, opt)
 			continue
+		case fuseOptions[name] && o.Remount:
+			o.Ignored = append(o.Ignored, opt)
+			continue
+		}
+		if f, ok := vfsFlags[name]; ok {
+			if err := flag(); err != nil {
+				return nil, err
+			}
+			if f.set {
+				o.MountFlags |= f.bit
+			} else {
+				o.MountFlags &^= f.bit
+			}
+			continue
 		}
 		switch name {
 		case "vers", "nfsvers":
@@ -124,11 +188,13 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 		case "proto":
 			switch val {
 			case "rdma", "tcp":
-				o.Proto = val
-			case "udp", "udp6", "tcp6", "rdma6":
-				return nil, bad("supported protocols are rdma and tcp")
+				o.Proto, o.IPv6 = val, false
+			case "rdma6", "tcp6":
+				o.Proto, o.IPv6 = strings.TrimSuffix(val, "6"), true
+			case "udp", "udp6":
+				return nil, bad("supported protocols are rdma, rdma6, tcp and tcp6")
 			default:
-				return nil, bad("want rdma or tcp")
+				return nil, bad("want rdma, rdma6, tcp or tcp6")
 			}
 		case "rdma":
 			err = flag()
@@ -145,7 +211,7 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 			n, err = num(0, 65535)
 			o.MountPort = int(n)
 		case "mountproto":
-			if val != "tcp" {
+			if val != "tcp" && val != "tcp6" {
 				return nil, bad("MOUNT goes over tcp only")
 			}
 		case "mountvers":
@@ -174,6 +240,58 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 			var n int64
 			n, err = num(0, 10000) // minutes
 			o.Retry = time.Duration(n) * time.Minute
+			o.RetrySet = true
+		case "bg":
+			err = flag()
+			o.Background = true
+		case "fg":
+			err = flag()
+			o.Background = false
+		case "nconnect":
+			var n int64
+			n, err = num(1, maxNConnect)
+			o.NConnect = int(n)
+		case "lookupcache":
+			switch val {
+			case "all", "none":
+				o.LookupCache = val
+			case "pos", "positive":
+				o.LookupCache = "pos"
+			default:
+				return nil, bad("want all, none or pos")
+			}
+		case "cto", "nocto":
+			err = flag()
+			o.NoCTO = name == "nocto"
+		case "resvport", "noresvport":
+			err = flag()
+			o.NoResvPort = name == "noresvport"
+		case "local_lock":
+			switch val {
+			case "none", "flock", "posix", "all":
+				o.LocalLock = val
+			default:
+				return nil, bad("want none, flock, posix or all")
+			}
+		case "lock", "nolock":
+			err = flag()
+			o.NoLock = name == "nolock"
+		case "user", "users", "owner", "group":
+			// mount(8)'s: who may mount (user=NAME is what it records).
+			// user and users imply noexec, nosuid and nodev, which a
+			// later exec, suid or dev overrides.
+			if name == "user" || name == "users" {
+				o.MountFlags |= syscall.MS_NOEXEC | syscall.MS_NOSUID | syscall.MS_NODEV
+			}
+			o.Ignored = append(o.Ignored, opt)
+		case "logfile":
+			if !hasVal || !strings.HasPrefix(val, "/") {
+				return nil, bad("want an absolute path")
+			}
+			o.LogFile = val
+		case "remount":
+			err = flag()
+			o.Remount = true
 		case "hard":
 			err = flag()
 			o.Hard = true
@@ -218,16 +336,6 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 			}
 		case "sec":
 			return nil, bad("only sec=sys (AUTH_SYS) is supported")
-		case "lock":
-			return nil, bad("no NLM locking: locks stay local to the mount, say nolock")
-		case "suid", "nosuid", "dev", "nodev", "exec", "noexec":
-			err = flag()
-			bit := map[string]uintptr{"suid": syscall.MS_NOSUID, "dev": syscall.MS_NODEV, "exec": syscall.MS_NOEXEC}[strings.TrimPrefix(name, "no")]
-			if strings.HasPrefix(name, "no") {
-				o.MountFlags |= bit
-			} else {
-				o.MountFlags &^= bit
-			}
 		default:
 			if sloppy {
 				o.Ignored = append(o.Ignored, opt)
@@ -245,6 +353,11 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 	if noac {
 		o.FS.NoAC()
 	}
+	if o.LookupCache == "none" {
+		// The kernel keeps a name as long as its directory's attributes:
+		// no directory attribute caching, no name caching.
+		o.FS.AcDirMin, o.FS.AcDirMax = 0, 0
+	}
 	if o.FS.AcRegMin > o.FS.AcRegMax || o.FS.AcDirMin > o.FS.AcDirMax {
 		return nil, &OptionError{Option: "acregmin/acdirmin", Reason: "a minimum above its maximum"}
 	}
@@ -257,13 +370,23 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 	if o.Port == 0 && o.Proto == "rdma" {
 		o.Port = portRDMA // rpcbind does not advertise RPC-over-RDMA
 	}
+	if o.Background && !o.RetrySet {
+		o.Retry = 10000 * time.Minute // nfs(5)'s default for bg
+	}
 	o.canonical = o.describe()
 	return o, nil
 }
 
 // describe lists the options in effect, as /proc/self/mountstats would.
 func (o *mountOptions) describe() []string {
-	s := []string{"vers=3", "proto=" + o.Proto, fmt.Sprintf("port=%d", o.Port)}
+	proto := o.Proto
+	if o.IPv6 {
+		proto += "6"
+	}
+	s := []string{"vers=3", "proto=" + proto, fmt.Sprintf("port=%d", o.Port)}
+	if o.NConnect > 1 {
+		s = append(s, fmt.Sprintf("nconnect=%d", o.NConnect))
+	}
 	if o.MountPort != 0 {
 		s = append(s, fmt.Sprintf("mountport=%d", o.MountPort))
 	}
@@ -295,6 +418,28 @@ func (o *mountOptions) describe() []string {
 	}
 	if o.GID != nil {
 		s = append(s, fmt.Sprintf("gid=%d", *o.GID))
+	}
+	s = append(s, "sec=sys", "lookupcache="+o.LookupCache)
+	if o.NoCTO {
+		s = append(s, "nocto")
+	}
+	if o.NoResvPort {
+		s = append(s, "noresvport")
+	}
+	if o.NoLock {
+		s = append(s, "nolock")
+	}
+	s = append(s, "local_lock="+o.LocalLock)
+	if o.Background {
+		s = append(s, "bg")
+	}
+	for _, f := range []struct {
+		bit  uintptr
+		name string
+	}{{syscall.MS_NOSUID, "nosuid"}, {syscall.MS_NODEV, "nodev"}, {syscall.MS_NOEXEC, "noexec"}, {syscall.MS_NOATIME, "noatime"}, {syscall.MS_NODIRATIME, "nodiratime"}} {
+		if o.MountFlags&f.bit != 0 {
+			s = append(s, f.name)
+		}
 	}
 	return s
 }

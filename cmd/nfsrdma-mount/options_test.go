@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,9 +51,42 @@ func TestParseOptions(t *testing.T) {
 		{opts: "sync", check: func(o *mountOptions) bool { return o.FS.Sync }},
 		{opts: "uid=1000,gid=100", check: func(o *mountOptions) bool { return *o.UID == 1000 && *o.GID == 100 }},
 		{opts: "suid,dev,noexec", check: func(o *mountOptions) bool { return o.MountFlags == syscall.MS_NOEXEC }},
+		{opts: "noatime,nodiratime", check: func(o *mountOptions) bool {
+			return o.MountFlags == syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOATIME|syscall.MS_NODIRATIME
+		}},
+		{opts: "noatime,atime", check: func(o *mountOptions) bool { return o.MountFlags == syscall.MS_NOSUID|syscall.MS_NODEV }},
+		// user and users imply noexec, nosuid and nodev; a later option
+		// overrides.
+		{opts: "suid,dev,user", check: func(o *mountOptions) bool {
+			return o.MountFlags == syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC
+		}},
+		{opts: "users,exec", check: func(o *mountOptions) bool { return o.MountFlags == syscall.MS_NOSUID|syscall.MS_NODEV }},
+		{opts: "user=alice", check: func(o *mountOptions) bool { return o.MountFlags&syscall.MS_NOEXEC != 0 }},
+		// nfs(5) options.
+		{opts: "bg", check: func(o *mountOptions) bool { return o.Background && o.Retry == 10000*time.Minute }},
+		{opts: "bg,retry=1", check: func(o *mountOptions) bool { return o.Background && o.Retry == time.Minute }},
+		{opts: "bg,fg", check: func(o *mountOptions) bool { return !o.Background && o.Retry == 2*time.Minute }},
+		{opts: "nconnect=4", check: func(o *mountOptions) bool { return o.NConnect == 4 }},
+		{opts: "", check: func(o *mountOptions) bool {
+			return o.NConnect == 1 && o.LookupCache == "all" && o.LocalLock == "none" && !o.NoLock && !o.NoCTO && !o.NoResvPort && !o.IPv6
+		}},
+		{opts: "lookupcache=positive", check: func(o *mountOptions) bool { return o.LookupCache == "pos" && o.FS == def }},
+		{opts: "lookupcache=none,acdirmax=10", check: func(o *mountOptions) bool {
+			return o.FS.AcDirMin == 0 && o.FS.AcDirMax == 0 && o.FS.AcRegMin == def.AcRegMin
+		}},
+		{opts: "lookupcache=none,nocto,noresvport,nolock,local_lock=all", check: func(o *mountOptions) bool {
+			return o.LookupCache == "none" && o.NoCTO && o.NoResvPort && o.NoLock && o.LocalLock == "all"
+		}},
+		{opts: "nocto,cto,noresvport,resvport,nolock,lock", check: func(o *mountOptions) bool { return !o.NoCTO && !o.NoResvPort && !o.NoLock }},
+		{opts: "proto=tcp6", check: func(o *mountOptions) bool { return o.Proto == "tcp" && o.IPv6 && o.Port == 2049 }},
+		{opts: "proto=rdma6,mountproto=tcp6", check: func(o *mountOptions) bool { return o.Proto == "rdma" && o.IPv6 && o.Port == 20049 }},
+		{opts: "logfile=/var/log/x.log", check: func(o *mountOptions) bool { return o.LogFile == "/var/log/x.log" }},
+		{opts: "remount,ro", check: func(o *mountOptions) bool { return o.Remount && o.FS.ReadOnly }},
+		{opts: "remount,user_id=0,group_id=0,default_permissions,allow_other", check: func(o *mountOptions) bool { return len(o.Ignored) == 4 }},
+		{opts: "rw,nosuid,user_id=0,max_read=1048576,remount,ro", check: func(o *mountOptions) bool { return o.Remount && len(o.Ignored) == 2 && o.FS.ReadOnly }},
 		// What mount(8) and fstab pass along is ignored.
-		{opts: "rw,_netdev,nofail,auto,noauto,user,users,defaults,x-systemd.automount,x-systemd.mount-timeout=30,x-foo,comment=x,noatime,relatime,nolock,sec=sys", check: func(o *mountOptions) bool {
-			return len(o.Ignored) == 15 && o.FS == def
+		{opts: "rw,_netdev,nofail,auto,noauto,user,users,defaults,x-systemd.automount,x-systemd.mount-timeout=30,x-foo,comment=x,sec=sys", check: func(o *mountOptions) bool {
+			return len(o.Ignored) == 12 && o.FS == def
 		}},
 		{opts: " proto=tcp , ro ", check: func(o *mountOptions) bool { return o.Proto == "tcp" && o.FS.ReadOnly }},
 		{opts: "bogus,ro", sloppy: true, check: func(o *mountOptions) bool { return o.FS.ReadOnly && o.Ignored[0] == "bogus" }},
@@ -61,8 +95,15 @@ func TestParseOptions(t *testing.T) {
 		{opts: "vers=4", err: `"vers=4": only NFS version 3`},
 		{opts: "nfsvers=4.1", err: `"nfsvers=4.1": only NFS version 3`},
 		{opts: "vers", err: "only NFS version 3"},
-		{opts: "proto=udp", err: "supported protocols are rdma and tcp"},
-		{opts: "proto=sctp", err: "want rdma or tcp"},
+		{opts: "proto=udp", err: "supported protocols are rdma, rdma6, tcp and tcp6"},
+		{opts: "proto=sctp", err: "want rdma, rdma6, tcp or tcp6"},
+		{opts: "nconnect=17", err: "want a number in [1, 16]"},
+		{opts: "nconnect=0", err: "want a number in [1, 16]"},
+		{opts: "lookupcache=some", err: "want all, none or pos"},
+		{opts: "local_lock=yes", err: "want none, flock, posix or all"},
+		{opts: "logfile=rel.log", err: "want an absolute path"},
+		{opts: "nolock=1", err: "takes no value"},
+		{opts: "user_id=0", err: "unknown option"},
 		{opts: "mountproto=udp", err: "MOUNT goes over tcp only"},
 		{opts: "port=70000", err: `"port=70000": want a number in [0, 65535]`},
 		{opts: "port=x", err: "want a number"},
@@ -73,7 +114,6 @@ func TestParseOptions(t *testing.T) {
 		{opts: "ro=1", err: "takes no value"},
 		{opts: "uid=4294967295", err: "want a number"},
 		{opts: "sec=krb5", err: "only sec=sys"},
-		{opts: "lock", err: "no NLM locking"},
 	} {
 		o, err := parseOptions(tc.opts, tc.sloppy)
 		if tc.err != "" {
@@ -94,11 +134,12 @@ func TestParseOptions(t *testing.T) {
 }
 
 func TestDescribeOptions(t *testing.T) {
-	o, err := parseOptions("proto=tcp,rsize=65536,soft,ro,noac,uid=5", false)
+	o, err := parseOptions("proto=tcp6,rsize=65536,soft,ro,noac,uid=5,nconnect=2,nocto,nolock,local_lock=all,bg,lookupcache=pos,user", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "vers=3,proto=tcp,port=2049,rsize=65536,timeo=600,retrans=2,soft,acregmin=0,acregmax=0,acdirmin=0,acdirmax=0,sync,ro,uid=5"
+	want := "vers=3,proto=tcp6,port=2049,nconnect=2,rsize=65536,timeo=600,retrans=2,soft,acregmin=0,acregmax=0,acdirmin=0,acdirmax=0,sync,ro,uid=5," +
+		"sec=sys,lookupcache=pos,nocto,nolock,local_lock=all,bg,nosuid,nodev,noexec"
 	if o.String() != want {
 		t.Errorf("got  %s\nwant %s", o, want)
 	}
@@ -118,7 +159,20 @@ func TestParseArgs(t *testing.T) {
 		{"nfsrdma-mount", []string{"-fv", "-oro", "srv:/e", "/mnt", "-o", "soft"},
 			invocation{cmd: cmdMount, foreground: true, verbose: true, opts: "ro,soft", spec: "srv:/e", dir: "/mnt"}, ""},
 		{"nfsrdma-mount", []string{"-u", "/mnt"}, invocation{cmd: cmdUnmount, dir: "/mnt"}, ""},
-		{"nfsrdma-mount", []string{"stats", "/mnt"}, invocation{cmd: cmdStats, dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"stats", "/mnt"}, invocation{cmd: cmdStats, dirs: []string{"/mnt"}}, ""},
+		{"nfsrdma-mount", []string{"stats"}, invocation{cmd: cmdStats}, ""},
+		{"nfsrdma-mount", []string{"stats", "-json", "-i", "0.5", "-c", "3", "/a", "/b"},
+			invocation{cmd: cmdStats, json: true, interval: 500 * time.Millisecond, count: 3, dirs: []string{"/a", "/b"}}, ""},
+		{"nfsrdma-mount", []string{"--version"}, invocation{cmd: cmdVersion}, ""},
+		{"nfsrdma-mount", []string{"-u", "-l", "/mnt"}, invocation{cmd: cmdUnmount, lazy: true, dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"-f", "--ready-fd=3", "--lifeline-fd=4", "s:/e", "/m"},
+			invocation{cmd: cmdMount, foreground: true, readyFD: 3, lifelineFD: 4, spec: "s:/e", dir: "/m"}, ""},
+		// The type the kernel shows, fuse.nfsrdma, has its helper too.
+		{"/sbin/mount.fuse.nfsrdma", []string{"srv:/export", "/mnt", "-o", "remount,ro", "-t", "fuse.nfsrdma"},
+			invocation{cmd: cmdMount, helper: true, opts: "remount,ro", spec: "srv:/export", dir: "/mnt"}, ""},
+		// umount(8)'s helpers: umount.<type> dir [-flnrv] [-t type].
+		{"/sbin/umount.fuse.nfsrdma", []string{"/mnt", "-n", "-l", "-t", "fuse.nfsrdma"}, invocation{cmd: cmdUnmount, lazy: true, dir: "/mnt"}, ""},
+		{"umount.nfsrdma", []string{"/mnt", "-f", "-v"}, invocation{cmd: cmdUnmount, force: true, verbose: true, dir: "/mnt"}, ""},
 		{"nfsrdma-mount", []string{"-f", "--ready-fd=3", "--", "[fe80::1]:/x", "/mnt"},
 			invocation{cmd: cmdMount, foreground: true, readyFD: 3, spec: "[fe80::1]:/x", dir: "/mnt"}, ""},
 		{"nfsrdma-mount", []string{"--help"}, invocation{cmd: cmdHelp}, ""},
@@ -135,7 +189,10 @@ func TestParseArgs(t *testing.T) {
 		{"nfsrdma-mount", []string{"-x", "s:/e", "/m"}, invocation{}, "unknown flag -x"},
 		{"nfsrdma-mount", []string{"s:/e", "/m", "-o"}, invocation{}, "-o needs a value"},
 		{"nfsrdma-mount", []string{"-u"}, invocation{}, "unmount needs one mount point"},
-		{"nfsrdma-mount", []string{"stats"}, invocation{}, "stats needs one mount point"},
+		{"nfsrdma-mount", []string{"stats", "-i", "0", "/m"}, invocation{}, "want a positive number"},
+		{"nfsrdma-mount", []string{"stats", "-c", "2", "/m"}, invocation{}, "-c needs -i"},
+		{"umount.nfsrdma", []string{"/a", "/b"}, invocation{}, "unmount needs one mount point"},
+		{"nfsrdma-mount", []string{"-l", "s:/e", "/m"}, invocation{}, "unknown flag -l"},
 		{"mount.nfsrdma", []string{"s:/e", "/m", "-t", "nfs"}, invocation{}, "this helper mounts type nfsrdma"},
 		{"mount.nfsrdma", []string{"s:/e", "/m", "-N", "/proc/1/ns/mnt"}, invocation{}, "not supported"},
 		{"mount.nfsrdma", []string{"-u", "/m"}, invocation{}, "unknown flag -u"},
@@ -151,7 +208,7 @@ func TestParseArgs(t *testing.T) {
 			t.Errorf("parseArgs(%q, %q): %v", tc.argv0, tc.args, err)
 			continue
 		}
-		if *got != tc.want {
+		if !reflect.DeepEqual(*got, tc.want) {
 			t.Errorf("parseArgs(%q, %q) = %+v, want %+v", tc.argv0, tc.args, *got, tc.want)
 		}
 	}

@@ -1,0 +1,220 @@
+package fusefs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
+
+// The NFS calls made for a FUSE request run under a context of their own
+// (FS.callCtx):
+//
+//   - Identity: they carry the caller's AUTH_SYS credential (uid, gid and up
+//     to 16 supplementary groups, read from /proc/<pid>/status), as the
+//     kernel client sends each process's own, when Options.CallerIdentity.
+//     Writes behind, read-ahead and the COMMIT at the last close carry the
+//     credential of the process that opened the file.
+//   - Killable: the kernel interrupts a FUSE request when its caller gets a
+//     signal. As the kernel NFS client on a hard mount, only a fatal signal
+//     (SIGKILL, or a signal whose default action kills and that the process
+//     does not catch: the kernel makes it a SIGKILL) ends the NFS call
+//     waited for; any other leaves it running. After an interrupt the
+//     caller is watched until the call ends, for a fatal signal that comes
+//     later (the kernel sends a request one interrupt only).
+//   - The mount's lifetime (FS.Close) ends them all.
+
+// fatalPoll is how often a caller interrupted by a signal that did not kill
+// it is checked again for a fatal one.
+const fatalPoll = 100 * time.Millisecond
+
+// callCtx returns the context for the NFS calls of the FUSE request whose
+// context is fctx, and the function to call when the request is done.
+func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(f.ctx)
+	caller, ok := fuse.FromContext(fctx)
+	if !ok {
+		return ctx, cancel
+	}
+	// A request the kernel makes on its own (pid 0) has no caller: the
+	// client's own credential, or the opener's (openFile.callCtx).
+	if f.opts.CallerIdentity && caller.Pid != 0 {
+		if cred, ok := f.creds.credential(caller); ok {
+			ctx = sunrpc.WithCredential(ctx, cred)
+		}
+	}
+	if fctx.Done() == nil {
+		return ctx, cancel
+	}
+	pid := caller.Pid
+	stop := context.AfterFunc(fctx, func() {
+		// Interrupted: cancel now if the signal is fatal, else watch.
+		for {
+			if fatalSignalPending(pid) {
+				f.log.Debug("caller killed: cancelling its NFS call", "pid", pid)
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(fatalPoll):
+			}
+		}
+	})
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// callCtx is FS.callCtx for a request on the open file f. A request the
+// kernel makes on its own (pid 0: the write-back of mmap-ed pages) carries
+// the credential of the process that opened the file, as the kernel
+// client's write-back does.
+func (f *openFile) callCtx(fctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, done := f.n.fsys.callCtx(fctx)
+	if c, ok := fuse.FromContext(fctx); ok && c.Pid == 0 {
+		if cred, ok := sunrpc.CredentialFrom(f.wctx); ok {
+			ctx = sunrpc.WithCredential(ctx, cred)
+		}
+	}
+	return ctx, done
+}
+
+// fatalSignalPending reports whether thread pid has SIGKILL pending (a
+// fatal signal: the kernel queues SIGKILL to every thread of a process it
+// is killing) or is gone.
+func fatalSignalPending(pid uint32) bool {
+	if pid == 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	const sigkill = 1 << (9 - 1)
+	for line := range bytes.Lines(b) {
+		for _, key := range []string{"SigPnd:", "ShdPnd:"} {
+			if v, ok := bytes.CutPrefix(line, []byte(key)); ok {
+				m, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64)
+				if err == nil && m&sigkill != 0 {
+					return true
+				}
+			}
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("State:")); ok {
+			// Zombie or dead: the caller is gone.
+			s := bytes.TrimSpace(v)
+			if len(s) > 0 && (s[0] == 'Z' || s[0] == 'X') {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// credTTL is how long a caller's supplementary groups, read from /proc, are
+// reused for the same pid, uid and gid.
+const credTTL = time.Second
+
+// maxCreds bounds the credential cache.
+const maxCreds = 4096
+
+// credCache builds and caches the AUTH_SYS credentials of FUSE callers.
+type credCache struct {
+	host    string
+	stamp   uint32
+	procDir string // "/proc"; tests may point it elsewhere
+	now     func() time.Time
+
+	mu sync.Mutex
+	m  map[credKey]credEntry
+}
+
+type credKey struct{ pid, uid, gid uint32 }
+
+type credEntry struct {
+	cred sunrpc.OpaqueAuth
+	at   time.Time
+}
+
+func newCredCache() *credCache {
+	host, _ := os.Hostname()
+	if len(host) > sunrpc.MaxMachineName {
+		host = host[:sunrpc.MaxMachineName]
+	}
+	return &credCache{host: host, stamp: uint32(time.Now().Unix()), procDir: "/proc", now: time.Now, m: make(map[credKey]credEntry)}
+}
+
+// credential returns the AUTH_SYS credential of caller.
+func (c *credCache) credential(caller *fuse.Caller) (sunrpc.OpaqueAuth, bool) {
+	k := credKey{caller.Pid, caller.Uid, caller.Gid}
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.m[k]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < credTTL {
+		return e.cred, true
+	}
+	a := sunrpc.AuthSys{Stamp: c.stamp, MachineName: c.host, UID: caller.Uid, GID: caller.Gid, GIDs: c.groups(caller.Pid)}
+	cred, err := a.Credential()
+	if err != nil {
+		return sunrpc.OpaqueAuth{}, false
+	}
+	c.mu.Lock()
+	if len(c.m) >= maxCreds {
+		for k, e := range c.m {
+			if now.Sub(e.at) >= credTTL {
+				delete(c.m, k)
+			}
+		}
+		if len(c.m) >= maxCreds {
+			clear(c.m)
+		}
+	}
+	c.m[k] = credEntry{cred: cred, at: now}
+	c.mu.Unlock()
+	return cred, true
+}
+
+// groups returns the supplementary groups of thread pid from the "Groups:"
+// line of its /proc status, at most sunrpc.MaxAuthSysGIDs
+// (as the kernel client, which sends the first 16).
+func (c *credCache) groups(pid uint32) []uint32 {
+	if pid == 0 {
+		return nil
+	}
+	f, err := os.Open(c.procDir + "/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		v, ok := bytes.CutPrefix(sc.Bytes(), []byte("Groups:"))
+		if !ok {
+			continue
+		}
+		var gids []uint32
+		for _, w := range bytes.Fields(v) {
+			g, err := strconv.ParseUint(string(w), 10, 32)
+			if err != nil {
+				continue
+			}
+			gids = append(gids, uint32(g))
+			if len(gids) == sunrpc.MaxAuthSysGIDs {
+				break
+			}
+		}
+		return gids
+	}
+	return nil
+}

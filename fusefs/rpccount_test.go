@@ -1,0 +1,288 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
+
+// sentCall is what a recorder saw of one NFS call.
+type sentCall struct {
+	proc   uint32
+	cred   sunrpc.OpaqueAuth
+	count  uint32         // READ: the count asked for
+	stable nfs3.StableHow // WRITE
+	size   int            // WRITE: the data's length
+}
+
+// recorder is a transport that records the NFS calls going through it.
+type recorder struct {
+	sunrpc.Transport
+	mu    sync.Mutex
+	calls []sentCall
+}
+
+func (r *recorder) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
+	if c, ok := parseCall(req); ok {
+		r.mu.Lock()
+		r.calls = append(r.calls, c)
+		r.mu.Unlock()
+	}
+	return r.Transport.RoundTrip(ctx, req)
+}
+
+// since returns the calls of proc recorded from index from on.
+func (r *recorder) since(from int, proc uint32) []sentCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sentCall
+	for _, c := range r.calls[from:] {
+		if c.proc == proc {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (r *recorder) mark() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+// parseCall reads an NFS call's procedure, credential and the arguments the
+// tests look at.
+func parseCall(req *sunrpc.Request) (sentCall, bool) {
+	h := req.Head
+	if len(h) < 32 || binary.BigEndian.Uint32(h[4:]) != uint32(sunrpc.MsgCall) || binary.BigEndian.Uint32(h[12:]) != nfs3.Program {
+		return sentCall{}, false
+	}
+	c := sentCall{proc: binary.BigEndian.Uint32(h[20:])}
+	c.cred.Flavor = sunrpc.AuthFlavor(binary.BigEndian.Uint32(h[24:]))
+	n := int(binary.BigEndian.Uint32(h[28:]))
+	if 32+n <= len(h) {
+		c.cred.Body = slices.Clone(h[32 : 32+n])
+	}
+	switch c.proc {
+	case nfs3.ProcRead:
+		c.count = binary.BigEndian.Uint32(h[len(h)-4:])
+	case nfs3.ProcWrite:
+		c.stable = nfs3.StableHow(binary.BigEndian.Uint32(h[len(h)-8:]))
+		c.size = int(binary.BigEndian.Uint32(h[len(h)-4:]))
+	}
+	return c, true
+}
+
+// mountRecorded mounts srv with every NFS call recorded.
+func mountRecorded(t *testing.T, srv *fusefstest.Server, o *Options, mc MountConfig) (*mounted, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	m := mountGoNFSConfig(t, srv, o, func(tr sunrpc.Transport) sunrpc.Transport {
+		rec.Transport = tr
+		return rec
+	}, mc)
+	return m, rec
+}
+
+// TestRPCRandomRead4K: a random reader costs exactly one READ of its size
+// per read, however large the file and its read-ahead window.
+func TestRPCRandomRead4K(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	data := make([]byte, 16<<20)
+	rand.Read(data)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "big"), data, 0o644))
+	o := DefaultOptions()
+	o.ReadAhead = 8 << 20
+	m, rec := mountRecorded(t, srv, &o, MountConfig{})
+	f, err := os.OpenFile(m.path("big"), os.O_RDONLY|syscall.O_DIRECT, 0)
+	check(t, err)
+	defer f.Close()
+	from := rec.mark()
+	const reads = 40
+	p := make([]byte, 4096)
+	for i := range reads {
+		// Scattered, never adjacent, some within a segment of the last.
+		off := int64((i*7919)%4096) * 4096
+		if i%2 == 1 {
+			off = int64((i*7919+5)%4096) * 4096
+		}
+		n, err := f.ReadAt(p, off)
+		if err != nil || n != len(p) || !bytes.Equal(p, data[off:off+4096]) {
+			t.Fatalf("read %d at %d: %d bytes, %v, right %v", i, off, n, err, bytes.Equal(p[:n], data[off:off+int64(n)]))
+		}
+	}
+	got := rec.since(from, nfs3.ProcRead)
+	if len(got) != reads {
+		t.Errorf("%d random reads of 4 KiB made %d READs", reads, len(got))
+	}
+	for _, c := range got {
+		if c.count != 4096 {
+			t.Errorf("READ of %d bytes for a read of 4096", c.count)
+			break
+		}
+	}
+}
+
+// TestRPCSequentialSmallWrites: 256 sequential writes of 4 KiB are gathered
+// into WRITEs of wsize.
+func TestRPCSequentialSmallWrites(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.Wsize = 64 << 10
+	m, rec := mountRecorded(t, srv, &o, MountConfig{})
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	f, err := os.Create(m.path("seq"))
+	check(t, err)
+	from := rec.mark()
+	for off := 0; off < len(data); off += 4096 {
+		_, err := f.Write(data[off : off+4096])
+		check(t, err)
+	}
+	check(t, f.Close())
+	writes := rec.since(from, nfs3.ProcWrite)
+	if want := len(data) / (64 << 10); len(writes) != want {
+		t.Errorf("256 writes of 4 KiB made %d WRITEs, want %d (wsize 64 KiB)", len(writes), want)
+	}
+	for _, w := range writes {
+		if w.size != 64<<10 {
+			t.Errorf("a WRITE of %d bytes", w.size)
+			break
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(srv.Dir, "seq"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("server copy: %d bytes, %v", len(got), err)
+	}
+	// A write that does not follow the gathered ones sends them first; a
+	// stat in between sees the size of both.
+	f, err = os.OpenFile(m.path("seq"), os.O_WRONLY, 0)
+	check(t, err)
+	_, err = f.WriteAt([]byte("head"), 0)
+	check(t, err)
+	_, err = f.WriteAt([]byte("tail"), int64(len(data)))
+	check(t, err)
+	if fi, err := os.Stat(m.path("seq")); err != nil || fi.Size() != int64(len(data))+4 {
+		t.Fatalf("stat with writes gathered: %v, %v", fi, err)
+	}
+	check(t, f.Close())
+	got, err = os.ReadFile(filepath.Join(srv.Dir, "seq"))
+	if err != nil || string(got[:4]) != "head" || string(got[len(data):]) != "tail" {
+		t.Fatalf("server copy after two small writes: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestRPCCreateWriteClose: creating a small file costs CREATE and one
+// FILE_SYNC WRITE at close, no COMMIT; a stat right after costs nothing.
+func TestRPCCreateWriteClose(t *testing.T) {
+	// memfs: go-nfs's CREATE reply on the disk backend lacks the new
+	// file's attributes (so a GETATTR must follow, as with the kernel).
+	srv := startGoNFS(t, backendMem)
+	us := &unstableServer{}
+	us.setVerfs(1, 1)
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		us.Transport = tr
+		return us
+	})
+	before := map[uint32]uint64{}
+	procs := []uint32{nfs3.ProcCreate, nfs3.ProcWrite, nfs3.ProcCommit, nfs3.ProcGetattr, nfs3.ProcLookup, nfs3.ProcSetattr}
+	for _, p := range procs {
+		before[p] = m.calls(p)
+	}
+	data := make([]byte, 4096)
+	rand.Read(data)
+	check(t, os.WriteFile(m.path("small"), data, 0o644))
+	delta := func(p uint32) uint64 { return m.calls(p) - before[p] }
+	if delta(nfs3.ProcCreate) != 1 || delta(nfs3.ProcWrite) != 1 || delta(nfs3.ProcCommit) != 0 || delta(nfs3.ProcGetattr) != 0 || delta(nfs3.ProcSetattr) != 0 {
+		t.Errorf("create+write 4 KiB+close: CREATE %d WRITE %d COMMIT %d GETATTR %d SETATTR %d; want 1 1 0 0 0",
+			delta(nfs3.ProcCreate), delta(nfs3.ProcWrite), delta(nfs3.ProcCommit), delta(nfs3.ProcGetattr), delta(nfs3.ProcSetattr))
+	}
+	if us.fileSync.Load() != 1 || us.unstable.Load() != 0 {
+		t.Errorf("WRITEs: %d FILE_SYNC, %d UNSTABLE; want 1, 0", us.fileSync.Load(), us.unstable.Load())
+	}
+	for _, p := range procs {
+		before[p] = m.calls(p)
+	}
+	for range 3 {
+		fi, err := os.Stat(m.path("small"))
+		if err != nil || fi.Size() != 4096 {
+			t.Fatalf("stat after create: %v, %v", fi, err)
+		}
+	}
+	if g, l := delta(nfs3.ProcGetattr), delta(nfs3.ProcLookup); g != 0 || l != 0 {
+		t.Errorf("stat after create within actimeo: %d GETATTR, %d LOOKUP", g, l)
+	}
+	got, err := readServer(srv, "small")
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("server copy: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestRPCListNoLookups: ls -l of a directory read with READDIRPLUS sends no
+// LOOKUP and no GETATTR.
+func TestRPCListNoLookups(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	const files = 300
+	check(t, os.Mkdir(filepath.Join(srv.Dir, "d"), 0o755))
+	for i := range files {
+		check(t, os.WriteFile(filepath.Join(srv.Dir, "d", "file-with-a-longish-name-"+string(rune('a'+i%26))+strconv.Itoa(i)), []byte("x"), 0o644))
+	}
+	m, rec := mountRecorded(t, srv, nil, MountConfig{})
+	_, err := os.Lstat(m.path("d"))
+	check(t, err)
+	from := rec.mark()
+	ents, err := os.ReadDir(m.path("d"))
+	check(t, err)
+	if len(ents) != files {
+		t.Fatalf("listed %d entries, want %d", len(ents), files)
+	}
+	for _, e := range ents {
+		fi, err := os.Lstat(filepath.Join(m.path("d"), e.Name()))
+		if err != nil || fi.Size() != 1 {
+			t.Fatalf("lstat %s: %v, %v", e.Name(), fi, err)
+		}
+	}
+	if l, g, rdp := len(rec.since(from, nfs3.ProcLookup)), len(rec.since(from, nfs3.ProcGetattr)), len(rec.since(from, nfs3.ProcReaddirplus)); l != 0 || g != 0 || rdp == 0 {
+		t.Errorf("ls -l of %d files: %d LOOKUP, %d GETATTR, %d READDIRPLUS; want 0, 0, >0", files, l, g, rdp)
+	}
+}
+
+// TestRPCWriteThenSetattr: a small file written, then chmod-ed and its
+// times set before close (as tar does), costs one FILE_SYNC WRITE and no
+// COMMIT.
+func TestRPCWriteThenSetattr(t *testing.T) {
+	srv := startGoNFS(t, backendMem)
+	us := &unstableServer{}
+	us.setVerfs(1, 1)
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		us.Transport = tr
+		return us
+	})
+	f, err := os.OpenFile(m.path("t"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	check(t, err)
+	_, err = f.Write(make([]byte, 4096))
+	check(t, err)
+	check(t, f.Chmod(0o644))
+	check(t, os.Chtimes(m.path("t"), time.Unix(1e9, 0), time.Unix(1e9, 0)))
+	check(t, f.Close())
+	if c := m.calls(nfs3.ProcCommit); c != 0 || us.fileSync.Load() != 1 || us.unstable.Load() != 0 {
+		t.Errorf("write, chmod, utimes, close: %d COMMITs, %d FILE_SYNC and %d UNSTABLE WRITEs; want 0, 1, 0", c, us.fileSync.Load(), us.unstable.Load())
+	}
+	// (memfs keeps no times: only the size is checked.)
+	if fi, err := os.Stat(m.path("t")); err != nil || fi.Size() != 4096 || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("stat: %v, %v", fi, err)
+	}
+}

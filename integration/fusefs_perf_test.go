@@ -1,0 +1,334 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func nowSeconds() float64 { return float64(time.Now().UnixNano()) / 1e9 }
+
+// ourOpCalls returns the calls of NFS procedure op (READ, WRITE...) that
+// nfsrdma-mount stats reports for the mount at dir.
+func ourOpCalls(t *testing.T, bin, dir, op string) int {
+	t.Helper()
+	code, out := runCmd(t, bin, "stats", dir)
+	if code != 0 {
+		t.Fatalf("stats: exit %d: %s", code, out)
+	}
+	m := regexp.MustCompile(`(?m)^\s*` + op + `: calls (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// kernelOpCalls returns the operations of NFS procedure op the kernel's
+// mount at dir sent, from /proc/self/mountstats.
+func kernelOpCalls(t *testing.T, dir, op string) int {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	in := false
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "device ") {
+			in = strings.Contains(line, " mounted on "+dir+" ")
+			continue
+		}
+		if !in {
+			continue
+		}
+		fs := strings.Fields(line)
+		if len(fs) >= 2 && fs[0] == op+":" {
+			n, _ := strconv.Atoi(fs[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// fioIOPS runs one fio job and returns its read and write IOPS and I/Os.
+func fioIOPS(t *testing.T, args ...string) (iops float64, ios int64) {
+	t.Helper()
+	cmd := exec.Command("fio", append(args, "--output-format=json")...)
+	cmd.Dir = t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var res struct {
+		Jobs []struct {
+			Error int `json:"error"`
+			Read  struct {
+				IOPS     float64 `json:"iops"`
+				TotalIOs int64   `json:"total_ios"`
+			} `json:"read"`
+			Write struct {
+				IOPS     float64 `json:"iops"`
+				TotalIOs int64   `json:"total_ios"`
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	// fio may print warnings before its JSON.
+	out := stdout.Bytes()
+	if i := bytes.IndexByte(out, '{'); i > 0 {
+		out = out[i:]
+	}
+	if jerr := json.Unmarshal(out, &res); jerr != nil && err == nil {
+		err = jerr
+	}
+	if err != nil || len(res.Jobs) != 1 || res.Jobs[0].Error != 0 {
+		t.Fatalf("fio %s: %v\n%s\n%.2000s", strings.Join(args, " "), err, stderr.String(), stdout.String())
+	}
+	j := res.Jobs[0]
+	return j.Read.IOPS + j.Write.IOPS, j.Read.TotalIOs + j.Write.TotalIOs
+}
+
+// TestFusefsRandReadAmplification: fio random reads of 4 KiB (direct I/O)
+// on a 64 MiB file cost one READ each through nfsrdma-mount, as through the
+// kernel's mount; the IOPS of both are logged side by side.
+func TestFusefsRandReadAmplification(t *testing.T) {
+	bin := mountBinary(t)
+	name := fmt.Sprintf("randread-%d", os.Getpid())
+	data := make([]byte, 64<<20)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(exportDir, name), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Join(exportDir, name))
+	ours := mountNFSRDMA(t, bin)
+	kernel := mountKernel(t)
+	for _, qd := range []int{1, 16} {
+		for _, m := range []struct {
+			what, dir string
+			reads     func() int
+		}{
+			{"kernel", kernel, func() int { return kernelOpCalls(t, kernel, "READ") }},
+			{"nfsrdma-mount", ours, func() int { return ourOpCalls(t, bin, ours, "READ") }},
+		} {
+			before := m.reads()
+			iops, ios := fioIOPS(t, "--name=rr", "--filename="+filepath.Join(m.dir, name), "--rw=randread", "--bs=4k",
+				"--ioengine=libaio", "--direct=1", fmt.Sprintf("--iodepth=%d", qd), "--runtime=8", "--time_based", "--size=64m")
+			reads := m.reads() - before
+			if m.what == "nfsrdma-mount" {
+				t.Logf("nfsrdma-mount totals after qd%d:\n%s", qd, opLines(t, bin, ours))
+			}
+			t.Logf("randread 4k qd%d %s: %.0f IOPS, %d I/Os, %d READs (%.2f per I/O)", qd, m.what, iops, ios, reads, float64(reads)/float64(max(ios, 1)))
+			if m.what == "nfsrdma-mount" && (ios == 0 || float64(reads) > 1.05*float64(ios)+4) {
+				t.Errorf("qd%d: %d READs for %d random reads of 4 KiB", qd, reads, ios)
+			}
+		}
+	}
+}
+
+// TestFusefsCloseToOpenWithKernel: a file written and closed through one
+// mount is read fresh through the other, both ways, though each had the
+// old content cached.
+func TestFusefsCloseToOpenWithKernel(t *testing.T) {
+	bin := mountBinary(t)
+	ours := mountNFSRDMA(t, bin)
+	kernel := mountKernel(t)
+	name := fmt.Sprintf("cto-%d", os.Getpid())
+	defer os.Remove(filepath.Join(exportDir, name))
+	write := func(dir, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(dir string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	write(ours, "version 1 from ours")
+	if got := read(kernel); got != "version 1 from ours" {
+		t.Fatalf("kernel mount read %q after our close", got)
+	}
+	_ = read(ours) // cached in both now
+	for i, step := range []struct{ from, to, content string }{
+		{kernel, ours, "version 2 kernel!!"},  // same length as the next
+		{ours, kernel, "version 3 ours!!!!!"}, // and a length change
+		{kernel, ours, "v4 kernel, shorter"},
+		{ours, kernel, "v5 ours, same len!"},
+	} {
+		write(step.from, step.content)
+		if got := read(step.to); got != step.content {
+			t.Fatalf("step %d: read %q after the other mount closed %q", i, got, step.content)
+		}
+	}
+}
+
+// TestFusefsIdentity: files made through nfsrdma-mount by two local users
+// are theirs on the server (each caller's own AUTH_SYS credential).
+func TestFusefsIdentity(t *testing.T) {
+	bin := mountBinary(t)
+	ours := mountNFSRDMA(t, bin)
+	// The other users must reach the mount point.
+	if err := os.Chmod(filepath.Dir(ours), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	top := fmt.Sprintf("ident-%d", os.Getpid())
+	if err := os.Mkdir(filepath.Join(exportDir, top), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(exportDir, top), 0o777)
+	defer os.RemoveAll(filepath.Join(exportDir, top))
+	for _, uid := range []uint32{1001, 1002} {
+		name := filepath.Join(ours, top, fmt.Sprintf("by-%d", uid))
+		cmd := exec.Command("sh", "-c", `echo hello > "$1" && mkdir "$1.d"`, "sh", name)
+		cmd.Dir = "/"
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{uid}}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("as uid %d: %v: %s", uid, err, out)
+		}
+		for _, f := range []string{filepath.Base(name), filepath.Base(name) + ".d"} {
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(exportDir, top, f), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != uid || st.Gid != uid {
+				t.Errorf("%s made by uid %d is owned by %d:%d on the server", f, uid, st.Uid, st.Gid)
+			}
+		}
+	}
+	// Another user cannot write into a directory of the first (mode 0755).
+	cmd := exec.Command("sh", "-c", `echo x > "$1"`, "sh", filepath.Join(ours, top, "by-1001.d", "intruder"))
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1002, Gid: 1002}}
+	if err := cmd.Run(); err == nil {
+		t.Error("uid 1002 wrote into uid 1001's directory")
+	}
+}
+
+// opLines returns the per-procedure lines of nfsrdma-mount stats.
+func opLines(t *testing.T, bin, dir string) string {
+	t.Helper()
+	_, out := runCmd(t, bin, "stats", dir)
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, ": calls ") {
+			if i := strings.Index(l, " sent "); i > 0 {
+				j := strings.Index(l, " rtt_mean ")
+				k := strings.Index(l, " hist")
+				if j > 0 && k > j {
+					l = l[:i] + l[j:k]
+				}
+			}
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// kernelOps returns the non-zero per-op counts of the kernel mount at dir.
+func kernelOps(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	ops := map[string]int{}
+	for _, op := range []string{"GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READ", "WRITE", "CREATE", "MKDIR", "REMOVE", "RMDIR", "READDIRPLUS", "COMMIT"} {
+		if n := kernelOpCalls(t, dir, op); n > 0 {
+			ops[op] = n
+		}
+	}
+	return ops
+}
+
+// TestFusefsSmallFiles: tar -x of 500 files of 4 KiB, a cold cat and ls -lR
+// of them and rm -rf, through both mounts, timed, with the RPCs each
+// client sent. Each small file costs nfsrdma-mount one WRITE and no COMMIT.
+func TestFusefsSmallFiles(t *testing.T) {
+	bin := mountBinary(t)
+	src := t.TempDir()
+	const files = 500
+	for i := range files {
+		dir := filepath.Join(src, "tree", fmt.Sprintf("d%02d", i/50))
+		os.MkdirAll(dir, 0o755)
+		data := make([]byte, 4096)
+		rand.Read(data)
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", i)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tarball := filepath.Join(t.TempDir(), "tree.tar")
+	run(t, "tar", "-C", src, "-cf", tarball, "tree")
+	ours := mountNFSRDMA(t, bin)
+	kernel := mountKernel(t)
+	for _, m := range []struct{ what, dir string }{{"kernel", kernel}, {"nfsrdma-mount", ours}} {
+		top := filepath.Join(m.dir, fmt.Sprintf("small-%d-%s", os.Getpid(), strings.ReplaceAll(m.what, "-", "")))
+		if err := os.Mkdir(top, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		steps := []struct {
+			name string
+			cmd  []string
+		}{
+			{"tar -x", []string{"tar", "-C", top, "-xf", tarball}},
+			{"ls -lR cold", []string{"sh", "-c", `ls -lR "$1" > /dev/null`, "sh", top}},
+			{"cat cold", []string{"sh", "-c", `find "$1" -type f -exec cat {} + > /dev/null`, "sh", top}},
+			{"rm -rf", []string{"rm", "-rf", top}},
+		}
+		for _, s := range steps {
+			os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0)
+			var before string
+			var kbefore map[string]int
+			if m.what == "kernel" {
+				kbefore = kernelOps(t, m.dir)
+			} else {
+				before = opLines(t, bin, m.dir)
+			}
+			start := nowSeconds()
+			run(t, s.cmd[0], s.cmd[1:]...)
+			el := nowSeconds() - start
+			if m.what == "kernel" {
+				after := kernelOps(t, m.dir)
+				var parts []string
+				for op, n := range after {
+					if d := n - kbefore[op]; d > 0 {
+						parts = append(parts, fmt.Sprintf("%s %d", op, d))
+					}
+				}
+				t.Logf("%s %s: %.2f s; RPCs: %s", m.what, s.name, el, strings.Join(parts, ", "))
+			} else {
+				after := opLines(t, bin, m.dir)
+				t.Logf("%s %s: %.2f s; totals before:\n%safter:\n%s", m.what, s.name, el, before, after)
+				if s.name == "tar -x" {
+					w0, c0 := opCount(before, "WRITE"), opCount(before, "COMMIT")
+					w1, c1 := opCount(after, "WRITE"), opCount(after, "COMMIT")
+					if w1-w0 != files || c1-c0 != 0 {
+						t.Errorf("tar -x of %d files of 4 KiB: %d WRITEs, %d COMMITs; want %d, 0", files, w1-w0, c1-c0, files)
+					}
+				}
+			}
+		}
+	}
+}
+
+func opCount(lines, op string) int {
+	m := regexp.MustCompile(`(?m)^\s*` + op + `: calls (\d+)`).FindStringSubmatch(lines)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
