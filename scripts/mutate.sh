@@ -50,6 +50,9 @@ trap 'rm -rf "$scratch"' EXIT
 tar -C "$root" --exclude=./.git --exclude=./_build -cf - . | tar -C "$scratch" -xf -
 log=$scratch/.mutate-logs
 mkdir -p "$log"
+# Read a copy: the list may be edited while the run goes on.
+cp "$list" "$log/list"
+list=$log/list
 
 declare -A baseline
 results=()
