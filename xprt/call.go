@@ -131,6 +131,9 @@ func (t *Transport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 	if req.MaxReply > t.bufSize() {
 		return nil, fmt.Errorf("%w: a reply of up to %d bytes", ErrTooLarge, req.MaxReply)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // never send a call whose caller has already gone
+	}
 	cl := &call{t: t, req: req, wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{})}
 	cl.creq = chunks.Request{Head: req.Head, Bulk: req.Bulk, Tail: req.Tail, ReplyBulk: len(req.ReplyBulk), MaxReply: max(req.MaxReply, 32)}
 	if err := t.enter(ctx, cl); err != nil {
@@ -359,7 +362,11 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 	if !ok {
 		return errors.New("xprt: internal error: call not registered")
 	}
-	// 5. Marshal and post BIND…BIND,SEND in one chain.
+	// 5. Marshal and post BIND…BIND,SEND in one chain, unless the caller
+	// gave up meanwhile (nothing is exposed yet: undo is enough).
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return cl.post(c)
 }
 
