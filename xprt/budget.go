@@ -162,7 +162,7 @@ func (cl *call) budgetNeed() need {
 		n.bufs++
 		n.wins += len(p.ReplySegments)
 	}
-	if t.reg.Mode() != frwr.ModeWindows {
+	if cl.reg.Mode() != frwr.ModeWindows {
 		n.wins = 0
 	}
 	return n

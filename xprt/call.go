@@ -22,6 +22,12 @@ type call struct {
 	wakeCh chan struct{} // buffered 1: something the caller waits for changed
 	doneCh chan struct{} // closed when the call reaches stDone
 
+	// reg is the registry of the attempt's buffers and windows: the call
+	// uses it, not Transport.reg, so that a Close racing the attempt
+	// leaves it a closed registry (whose calls fail or do nothing), never
+	// a missing one.
+	reg *frwr.Registry
+
 	// Guarded by Transport.mu.
 	state    callState
 	conn     *conn        // the connection of the current attempt
@@ -292,6 +298,11 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 	t := cl.t
 	t.mu.Lock()
 	cl.conn = c
+	cl.reg = t.reg
+	if cl.reg == nil {
+		t.mu.Unlock()
+		return ErrClosed
+	}
 	cl.hdr.Reset()
 	cl.rdmaErr = nil
 	t.mu.Unlock()
@@ -441,7 +452,7 @@ func (cl *call) undo(c *conn) {
 // dropRegistrations gives back registrations whose binds were never
 // posted (Abort), and drops those a teardown already destroyed.
 func (cl *call) dropRegistrations() {
-	reg := cl.t.reg
+	reg := cl.reg
 	for i, g := range cl.regs {
 		if g == nil {
 			continue
@@ -465,13 +476,13 @@ func (cl *call) releaseMemoryLocked() {
 	t := cl.t
 	if !cl.readLent {
 		for _, b := range cl.readBufs {
-			t.reg.PutBuffer(b)
+			cl.reg.PutBuffer(b)
 		}
 	}
 	clear(cl.readBufs)
 	cl.readBufs = cl.readBufs[:0]
 	if cl.replyBuf != nil && !cl.replyLent {
-		t.reg.PutBuffer(cl.replyBuf)
+		cl.reg.PutBuffer(cl.replyBuf)
 	}
 	cl.readLent, cl.replyBuf, cl.replyLent = false, nil, false
 	t.putBudgetLocked(cl)

@@ -14,7 +14,7 @@ import (
 // so no pool makes it wait for another call.
 func (cl *call) register(ctx context.Context) error {
 	t, p := cl.t, &cl.plan
-	reg := t.reg
+	reg := cl.reg
 	if len(p.ReadSegments) > 0 {
 		if p.Call == chunks.CallPositionZero {
 			t.ctr.pos0.Add(1)
