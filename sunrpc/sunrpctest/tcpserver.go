@@ -21,7 +21,7 @@ type TCPServer struct {
 	h    *Handler
 	ln   net.Listener
 	wg   sync.WaitGroup
-	busy inflight
+	busy InFlight
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -82,11 +82,11 @@ func (s *TCPServer) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
-		s.busy.begin()
+		s.busy.Begin()
 		calls.Add(1)
 		go func() {
 			defer calls.Done()
-			defer s.busy.end()
+			defer s.busy.End()
 			rep := s.h.ServeRPC(rec)
 			if rep == nil {
 				return
@@ -124,7 +124,7 @@ func readRecord(r io.Reader) ([]byte, error) {
 
 // WaitIdle waits until every call the server has read so far has been
 // served: its reply written, or dropped.
-func (s *TCPServer) WaitIdle(ctx context.Context) error { return s.busy.wait(ctx) }
+func (s *TCPServer) WaitIdle(ctx context.Context) error { return s.busy.Wait(ctx) }
 
 // Disconnect drops every live connection.
 func (s *TCPServer) Disconnect() {
@@ -146,15 +146,16 @@ func (s *TCPServer) Close() {
 	s.wg.Wait()
 }
 
-// inflight counts calls being served and lets waiters sleep until none
-// is.
-type inflight struct {
+// InFlight counts calls being served and lets waiters sleep until none
+// is: a test server's WaitIdle. The zero value is ready to use.
+type InFlight struct {
 	mu   sync.Mutex
 	n    int
-	idle chan struct{}
+	idle chan struct{} // closed when n drops to 0; nil while n == 0
 }
 
-func (f *inflight) begin() {
+// Begin counts a call that starts being served.
+func (f *InFlight) Begin() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.n == 0 {
@@ -163,7 +164,8 @@ func (f *inflight) begin() {
 	f.n++
 }
 
-func (f *inflight) end() {
+// End counts a call that is done.
+func (f *InFlight) End() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.n--; f.n == 0 {
@@ -172,7 +174,8 @@ func (f *inflight) end() {
 	}
 }
 
-func (f *inflight) wait(ctx context.Context) error {
+// Wait returns once no call is being served, or with ctx's error.
+func (f *InFlight) Wait(ctx context.Context) error {
 	for {
 		f.mu.Lock()
 		ch := f.idle

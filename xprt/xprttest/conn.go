@@ -295,10 +295,10 @@ func (c *conn) handleRecv(wc verbs.Completion) {
 		return
 	}
 	c.calls.Add(1)
-	c.s.busy.begin()
+	c.s.busy.Begin()
 	go func() {
 		defer c.calls.Done()
-		defer c.s.busy.end()
+		defer c.s.busy.End()
 		c.serveCall(msg, ci)
 	}()
 }

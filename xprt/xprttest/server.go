@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
 )
@@ -100,7 +101,7 @@ type Server struct {
 	acceptWG sync.WaitGroup
 	connWG   sync.WaitGroup
 
-	busy inflight // calls being served, for WaitIdle
+	busy sunrpctest.InFlight // calls being served, for WaitIdle
 
 	mu        sync.Mutex
 	misbehave Misbehavior
@@ -169,50 +170,7 @@ func (s *Server) QPs() []*sim.QP {
 // before is reaped (RC delivers in order), so WaitIdle then covers them
 // all: their outcomes are in Stats. It returns ctx's error if ctx ends
 // first (a handler still blocked, for one).
-func (s *Server) WaitIdle(ctx context.Context) error { return s.busy.wait(ctx) }
-
-// inflight counts calls being served and lets waiters sleep until none
-// is.
-type inflight struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0; nil while n == 0
-}
-
-func (f *inflight) begin() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n == 0 {
-		f.idle = make(chan struct{})
-	}
-	f.n++
-}
-
-func (f *inflight) end() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.n--; f.n == 0 {
-		close(f.idle)
-		f.idle = nil
-	}
-}
-
-func (f *inflight) wait(ctx context.Context) error {
-	f.mu.Lock()
-	ch := f.idle
-	f.mu.Unlock()
-	for ch != nil {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		f.mu.Lock()
-		ch = f.idle
-		f.mu.Unlock()
-	}
-	return nil
-}
+func (s *Server) WaitIdle(ctx context.Context) error { return s.busy.Wait(ctx) }
 
 // Disconnect drops every live connection from the server's side.
 func (s *Server) Disconnect() {
