@@ -28,6 +28,7 @@ type openFile struct {
 	wctx   context.Context
 	ctx    context.Context
 	cancel context.CancelFunc
+	locks  fileLocks // flock owners (lock.go)
 }
 
 var (
@@ -505,6 +506,7 @@ func (n *node) requeue(ws []dirtyWrite) {
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
 // (close-to-open), and reports their failure.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
+	f.flushLocks(ctx)
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	return toErrno(f.n.commitDirty(ctx))
@@ -534,6 +536,7 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	n.mu.Unlock()
+	f.releaseLocks(last)
 	if !last {
 		return 0
 	}

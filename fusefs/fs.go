@@ -52,9 +52,11 @@
 //   - A directory listing whose cookies repeat (a looping server) fails
 //     with EIO instead of running forever; a listing holds at most
 //     MaxDirEntries entries.
+//   - Locks: with Options.Locker, POSIX and flock locks are taken on the
+//     server with NLM (see lock.go), else they stay local to this machine
+//     (nfs(5) nolock).
 //   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
-//     attributes, no fallocate and no locking here (locks stay local to this
-//     mount, as with nfs(5) nolock).
+//     attributes and no fallocate.
 package fusefs
 
 import (
@@ -232,6 +234,7 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 	if mo.DirectMountFlags == 0 {
 		mo.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
 	}
+	f.lockCapabilities(&mo)
 	if f.opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 		mo.DirectMountFlags |= syscall.MS_RDONLY

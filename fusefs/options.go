@@ -3,6 +3,8 @@ package fusefs
 import (
 	"log/slog"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma/nlm"
 )
 
 // Options configures an FS. The zero value is not the nfs(5) default; start
@@ -50,6 +52,13 @@ type Options struct {
 
 	// ReadOnly refuses every change with EROFS (nfs(5) ro).
 	ReadOnly bool
+
+	// Locker takes POSIX (fcntl) and flock locks on the server with NLM
+	// (nfs(5) lock); nil leaves every lock local to this machine (nolock).
+	// LocalPosix and LocalFlock leave that kind local (local_lock=posix,
+	// flock; both: all). The FS does not close it.
+	Locker                 *nlm.Locker
+	LocalPosix, LocalFlock bool
 
 	// Logger receives the file system's events; nil discards them.
 	Logger *slog.Logger

@@ -17,6 +17,9 @@ type Request struct {
 	Start, End uint64 // inclusive; End ToEOF: to the end of the file
 	Exclusive  bool   // a write lock (F_WRLCK), else a read lock (F_RDLCK)
 	Pid        uint32 // the process asking (its thread group id), for F_GETLK
+	// Flock marks a flock(2) lock: its owner is an open file, not a
+	// process, and Owners does not list it.
+	Flock bool
 }
 
 // Conflict is a lock that stands in the way of a Request (F_GETLK).
@@ -83,6 +86,7 @@ type owner struct {
 	svid  int32
 	oh    []byte
 	pid   uint32
+	flock bool
 	files int        // fileLocks that list it
 	op    sync.Mutex // one call of the owner at a time, so the record follows the server's order
 }
@@ -127,7 +131,7 @@ func NewLocker(c *Client, cfg LockerConfig) *Locker {
 func (l *Locker) Client() *Client { return l.c }
 
 // ownerLocked returns (making it) the owner id's record; l.mu held.
-func (l *Locker) ownerLocked(id uint64, pid uint32) *owner {
+func (l *Locker) ownerLocked(id uint64, pid uint32, flock bool) *owner {
 	o := l.owners[id]
 	if o == nil {
 		o = &owner{id: id}
@@ -147,6 +151,9 @@ func (l *Locker) ownerLocked(id uint64, pid uint32) *owner {
 	if pid != 0 {
 		o.pid = pid
 	}
+	if flock {
+		o.flock = true
+	}
 	return o
 }
 
@@ -161,10 +168,10 @@ func (l *Locker) fileLocked(fh []byte) *fileLocks {
 }
 
 // touch records that o asked for a lock on fh and returns o's record.
-func (l *Locker) touch(fh []byte, id uint64, pid uint32) *owner {
+func (l *Locker) touch(fh []byte, id uint64, pid uint32, flock bool) *owner {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	o := l.ownerLocked(id, pid)
+	o := l.ownerLocked(id, pid, flock)
 	f := l.fileLocked(fh)
 	if _, ok := f.held[id]; !ok {
 		f.held[id] = nil
@@ -297,7 +304,7 @@ func pause(ctx context.Context, d time.Duration) error {
 // or nil.
 func (l *Locker) Test(ctx context.Context, fh []byte, id uint64, r Request) (*Conflict, error) {
 	l.mu.Lock()
-	o := l.ownerLocked(id, r.Pid)
+	o := l.ownerLocked(id, r.Pid, r.Flock)
 	l.mu.Unlock()
 	a := TestArgs{Exclusive: r.Exclusive, Lock: l.lock(o, fh, r.Start, r.End)}
 	for {
@@ -334,7 +341,7 @@ func (l *Locker) Test(ctx context.Context, fh []byte, id uint64, r Request) (*Co
 // and ctx's error is returned. A server in its grace period is asked again
 // until the grace ends, as the Linux client does.
 func (l *Locker) Lock(ctx context.Context, fh []byte, id uint64, r Request, wait bool) error {
-	o := l.touch(fh, id, r.Pid)
+	o := l.touch(fh, id, r.Pid, r.Flock)
 	st := l.nsmState(ctx)
 	a := LockArgs{Block: wait, Exclusive: r.Exclusive, Lock: l.lock(o, fh, r.Start, r.End), State: st}
 	retry := min(100*time.Millisecond, l.cfg.RetryInterval)
@@ -428,8 +435,9 @@ func (l *Locker) unlock(ctx context.Context, o *owner, fh []byte, start, end uin
 	}
 }
 
-// Owners returns the owners that asked for locks on fh whose process is
-// pid (FUSE's flush names the closing process, not the lock owner).
+// Owners returns the owners of POSIX locks that asked for locks on fh
+// whose process is pid (FUSE's flush names the closing process, not the
+// lock owner).
 func (l *Locker) Owners(fh []byte, pid uint32) []uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -439,7 +447,7 @@ func (l *Locker) Owners(fh []byte, pid uint32) []uint64 {
 	}
 	var ids []uint64
 	for id := range f.held {
-		if o := l.owners[id]; o != nil && o.pid == pid {
+		if o := l.owners[id]; o != nil && o.pid == pid && !o.flock {
 			ids = append(ids, id)
 		}
 	}
