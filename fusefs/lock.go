@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/nlm"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // Locks (nfs(5) lock, the default; Options.Locker): the kernel passes
@@ -63,14 +64,19 @@ func (f *FS) lockCapabilities(mo *fuse.MountOptions) {
 	}
 }
 
-// lockCtx returns the context of a lock request: the mount's, ended by
-// any interrupt of the caller (a signal: fcntl and flock return EINTR).
+// lockCtx returns the context of a lock request: with the caller's
+// credential (the server checks its access to the file, as for the kernel
+// client's NLM calls), ended by any interrupt of the caller (a signal:
+// fcntl and flock return EINTR; the kernel restarts them for an
+// SA_RESTART handler).
 func (f *openFile) lockCtx(fctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(f.n.fsys.ctx)
+	ctx, done := f.callCtx(fctx)
+	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(fctx, cancel)
 	return ctx, func() {
 		stop()
 		cancel()
+		done()
 	}
 }
 
@@ -88,6 +94,10 @@ func lockErrno(err error) syscall.Errno {
 		return st.Errno()
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	}
+	var nr *sunrpc.NotRegisteredError
+	if errors.As(err, &nr) {
+		return syscall.ENOLCK // the server runs no lock manager
 	}
 	return toErrno(err)
 }
@@ -182,7 +192,7 @@ func (f *openFile) flushLocks(fctx context.Context) {
 	if len(ids) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(f.n.fsys.ctx, lockReleaseTimeout)
+	ctx, cancel := context.WithTimeout(f.wctx, lockReleaseTimeout)
 	defer cancel()
 	for _, id := range ids {
 		if err := l.ReleaseOwner(ctx, fh, id); err != nil {
@@ -202,7 +212,7 @@ func (f *openFile) releaseLocks(last bool) {
 	if !l.Asked(fh) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(f.n.fsys.ctx, lockReleaseTimeout)
+	ctx, cancel := context.WithTimeout(f.wctx, lockReleaseTimeout)
 	defer cancel()
 	f.locks.mu.Lock()
 	owners := f.locks.owners

@@ -190,8 +190,9 @@ func fatal(err error) bool {
 	var au *sunrpc.AuthError
 	var rm *sunrpc.RPCMismatchError
 	var he *sunrpc.HeaderError
+	var nr *sunrpc.NotRegisteredError
 	return errors.As(err, &ae) || errors.As(err, &au) || errors.As(err, &rm) || errors.As(err, &he) ||
-		errors.Is(err, sunrpc.ErrClosed)
+		errors.As(err, &nr) || errors.Is(err, sunrpc.ErrClosed)
 }
 
 // call sends proc with args and decodes the results with dec, trying again
@@ -224,8 +225,8 @@ func (s *service) call(ctx context.Context, proc uint32, args []byte, maxResults
 				return err
 			}
 			s.reset(t)
-		} else if errors.Is(err, sunrpc.ErrClosed) {
-			return err
+		} else if fatal(err) {
+			return err // closed, or the server runs no lock manager
 		}
 		s.cfg.Logger.Warn("lock manager call failed, trying again", "service", s.name, "proc", proc, "err", err)
 		select {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // Request is a lock as fcntl(2) and FUSE give it.
@@ -87,8 +89,9 @@ type owner struct {
 	oh    []byte
 	pid   uint32
 	flock bool
-	files int        // fileLocks that list it
-	op    sync.Mutex // one call of the owner at a time, so the record follows the server's order
+	cred  *sunrpc.OpaqueAuth // the credential of its last LOCK, for reclaims and CANCELs
+	files int                // fileLocks that list it
+	op    sync.Mutex         // one call of the owner at a time, so the record follows the server's order
 }
 
 // segment is a range an owner holds.
@@ -168,10 +171,13 @@ func (l *Locker) fileLocked(fh []byte) *fileLocks {
 }
 
 // touch records that o asked for a lock on fh and returns o's record.
-func (l *Locker) touch(fh []byte, id uint64, pid uint32, flock bool) *owner {
+func (l *Locker) touch(ctx context.Context, fh []byte, id uint64, pid uint32, flock bool) *owner {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	o := l.ownerLocked(id, pid, flock)
+	if cred, ok := sunrpc.CredentialFrom(ctx); ok {
+		o.cred = &cred
+	}
 	f := l.fileLocked(fh)
 	if _, ok := f.held[id]; !ok {
 		f.held[id] = nil
@@ -276,6 +282,18 @@ func (l *Locker) nsmState(ctx context.Context) int32 {
 	return st
 }
 
+// ownerCtx returns the Locker's context with the credential of o's last
+// LOCK: the server checks the caller's access to the file.
+func (l *Locker) ownerCtx(o *owner) context.Context {
+	l.mu.Lock()
+	cred := o.cred
+	l.mu.Unlock()
+	if cred == nil {
+		return l.ctx
+	}
+	return sunrpc.WithCredential(l.ctx, *cred)
+}
+
 // sawGrace notes that the server is in its grace period: the monitor
 // reclaims the held locks.
 func (l *Locker) sawGrace() {
@@ -341,7 +359,7 @@ func (l *Locker) Test(ctx context.Context, fh []byte, id uint64, r Request) (*Co
 // and ctx's error is returned. A server in its grace period is asked again
 // until the grace ends, as the Linux client does.
 func (l *Locker) Lock(ctx context.Context, fh []byte, id uint64, r Request, wait bool) error {
-	o := l.touch(fh, id, r.Pid, r.Flock)
+	o := l.touch(ctx, fh, id, r.Pid, r.Flock)
 	st := l.nsmState(ctx)
 	a := LockArgs{Block: wait, Exclusive: r.Exclusive, Lock: l.lock(o, fh, r.Start, r.End), State: st}
 	retry := min(100*time.Millisecond, l.cfg.RetryInterval)
@@ -354,7 +372,7 @@ func (l *Locker) Lock(ctx context.Context, fh []byte, id uint64, r Request, wait
 		o.op.Unlock()
 		if err != nil {
 			if wait && ctx.Err() != nil {
-				l.cancelBlocked(&a)
+				l.cancelBlocked(o, &a)
 			}
 			return err
 		}
@@ -372,7 +390,7 @@ func (l *Locker) Lock(ctx context.Context, fh []byte, id uint64, r Request, wait
 		}
 		if err := pause(ctx, retry); err != nil {
 			if wait {
-				l.cancelBlocked(&a)
+				l.cancelBlocked(o, &a)
 			}
 			return err
 		}
@@ -381,8 +399,8 @@ func (l *Locker) Lock(ctx context.Context, fh []byte, id uint64, r Request, wait
 }
 
 // cancelBlocked withdraws a blocked LOCK whose caller gave up.
-func (l *Locker) cancelBlocked(a *LockArgs) {
-	ctx, cancel := context.WithTimeout(l.ctx, 5*time.Second)
+func (l *Locker) cancelBlocked(o *owner, a *LockArgs) {
+	ctx, cancel := context.WithTimeout(l.ownerCtx(o), 5*time.Second)
 	defer cancel()
 	res, err := l.c.Cancel(ctx, &CancelArgs{Block: true, Exclusive: a.Exclusive, Lock: a.Lock})
 	if err != nil {
@@ -648,7 +666,7 @@ func (l *Locker) reclaim() {
 	for _, it := range items {
 		a := LockArgs{Exclusive: it.seg.excl, Lock: l.lock(it.o, it.fh, it.seg.start, it.seg.end), Reclaim: true, State: st}
 		it.o.op.Lock()
-		ok, err := l.reclaimOne(&a)
+		ok, err := l.reclaimOne(l.ownerCtx(it.o), &a)
 		if err == nil && !ok {
 			l.record(it.fh, it.o.id, it.seg.start, it.seg.end, false, true)
 			lost++
@@ -672,9 +690,9 @@ func (l *Locker) reclaim() {
 }
 
 // reclaimOne reclaims one lock: true when it is held again.
-func (l *Locker) reclaimOne(a *LockArgs) (bool, error) {
+func (l *Locker) reclaimOne(ctx context.Context, a *LockArgs) (bool, error) {
 	for try := 0; ; try++ {
-		res, err := l.c.Lock(l.ctx, a)
+		res, err := l.c.Lock(ctx, a)
 		if err != nil {
 			return false, err
 		}
@@ -688,7 +706,7 @@ func (l *Locker) reclaimOne(a *LockArgs) (bool, error) {
 			// one: switch, and pause after each pair.
 			a.Reclaim = !a.Reclaim
 			if try%2 == 1 {
-				if err := pause(l.ctx, l.cfg.RetryInterval); err != nil {
+				if err := pause(ctx, l.cfg.RetryInterval); err != nil {
 					return false, err
 				}
 			}

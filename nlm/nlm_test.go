@@ -278,13 +278,31 @@ func TestBlockingLockCancelled(t *testing.T) {
 	}
 }
 
+func uidOf(t *testing.T, cred sunrpc.OpaqueAuth) uint32 {
+	t.Helper()
+	a, err := sunrpc.ParseAuthSys(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.UID
+}
+
 func TestReclaimAfterRestart(t *testing.T) {
 	s := nlmtest.Serve(t)
 	a := locker(t, s, "a")
-	if err := a.Lock(ctx(t), fh, 1, nlm.Request{Start: 0, End: 9, Exclusive: true}, false); err != nil {
+	user := sunrpc.AuthSys{MachineName: "a", UID: 1000, GID: 1000}
+	cred, err := user.Credential()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Lock(ctx(t), fh, 2, nlm.Request{Start: 20, End: 29}, false); err != nil {
+	// The caller's credential goes with its LOCK, and with the reclaim.
+	if err := a.Lock(sunrpc.WithCredential(ctx(t), cred), fh, 1, nlm.Request{Start: 0, End: 9, Exclusive: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	if uid := uidOf(t, s.Cred(nlm.ProcLock)); uid != 1000 {
+		t.Fatalf("LOCK sent as uid %d", uid)
+	}
+	if err := a.Lock(sunrpc.WithCredential(ctx(t), cred), fh, 2, nlm.Request{Start: 20, End: 29}, false); err != nil {
 		t.Fatal(err)
 	}
 	oldPort := s.Port()
@@ -302,10 +320,13 @@ func TestReclaimAfterRestart(t *testing.T) {
 	if s.Reclaims() != 2 || a.Reclaims() < 1 {
 		t.Fatalf("%d reclaims at the server, %d rounds", s.Reclaims(), a.Reclaims())
 	}
+	if uid := uidOf(t, s.Cred(nlm.ProcLock)); uid != 1000 {
+		t.Fatalf("reclaim sent as uid %d", uid)
+	}
 	// A new lock of another client waits for the grace period to end.
 	b := locker(t, s, "b")
 	start := time.Now()
-	err := b.Lock(ctx(t), fh, 1, nlm.Request{Start: 100, End: 100, Exclusive: true}, false)
+	err = b.Lock(ctx(t), fh, 1, nlm.Request{Start: 100, End: 100, Exclusive: true}, false)
 	if err != nil || time.Since(start) < 500*time.Millisecond {
 		t.Fatalf("lock in the grace period: %v after %v", err, time.Since(start))
 	}

@@ -48,6 +48,7 @@ type Server struct {
 	state      int32
 	graceUntil time.Time
 	calls      map[uint32]int // NLM procedure counts
+	creds      map[uint32]sunrpc.OpaqueAuth
 	reclaims   int
 	cancels    int
 	conns      map[net.Conn]struct{}
@@ -61,7 +62,7 @@ type Server struct {
 func Serve(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, blocked: map[Owner]nlm.LockArgs{}, state: 1, calls: map[uint32]int{},
-		conns: map[net.Conn]struct{}{}, Grace: 2 * time.Second}
+		creds: map[uint32]sunrpc.OpaqueAuth{}, conns: map[net.Conn]struct{}{}, Grace: 2 * time.Second}
 	var err error
 	if s.pm, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -141,7 +142,14 @@ func (s *Server) Calls(proc uint32) int {
 	return s.calls[proc]
 }
 
-// Reclaims returns the reclaims granted; Cancels the CANCELs received.
+// Cred returns the credential of the last call of NLM procedure proc.
+func (s *Server) Cred(proc uint32) sunrpc.OpaqueAuth {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.creds[proc]
+}
+
+// Reclaims returns the reclaims granted.
 func (s *Server) Reclaims() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,6 +281,9 @@ func (s *Server) handle(rec []byte) []byte {
 		s.mu.Unlock()
 	case h.Prog == nlm.NSMProgram && h.Proc == nlm.NSMProcNull:
 	case h.Prog == nlm.Program && h.Vers == nlm.Version:
+		s.mu.Lock()
+		s.creds[h.Proc] = h.Cred
+		s.mu.Unlock()
 		var ok bool
 		res, ok = s.nlm(h.Proc, d)
 		if !ok {
