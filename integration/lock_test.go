@@ -84,7 +84,11 @@ func startHelper(t *testing.T, mode, path string) *helper {
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		<-h.exited
+		select {
+		case <-h.exited:
+		case <-time.After(20 * time.Second):
+			t.Errorf("lock helper %d does not die of SIGKILL", cmd.Process.Pid)
+		}
 	})
 	return h
 }
@@ -99,7 +103,47 @@ func (h *helper) line(d time.Duration) string {
 	}
 }
 
-func setlk(f *os.File, cmd int, typ int16, start, n int64) error {
+// lockWait bounds every lock call of the tests: a call that hangs fails
+// the test with what the machine's lock state and the mount show.
+const lockWait = 90 * time.Second
+
+// diagMount is the nfsrdma-mount of the running lock test, for lockDiag.
+var diagMount string
+
+// lockDiag logs the kernel's lock table, the processes in D state and the
+// nfsrdma-mount server's log and goroutines.
+func lockDiag(t *testing.T, why string) {
+	t.Helper()
+	locks, _ := os.ReadFile("/proc/locks")
+	ps, _ := exec.Command("ps", "-eo", "pid,stat,wchan:32,args").CombinedOutput()
+	var d []string
+	for _, l := range strings.Split(string(ps), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && (strings.HasPrefix(f[1], "D") || strings.Contains(l, "lockd") || strings.Contains(l, "statd")) {
+			d = append(d, l)
+		}
+	}
+	t.Errorf("%s\n/proc/locks:\n%s\nprocesses:\n%s", why, locks, strings.Join(d, "\n"))
+	if ms := mounted[diagMount]; ms != nil {
+		ms.dump(t, why)
+	}
+}
+
+// within runs f, failing the test with lockDiag when it takes over d.
+func within(t *testing.T, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		lockDiag(t, what+": no answer in "+d.String())
+		t.FailNow()
+		return nil
+	}
+}
+
+func setlkRaw(f *os.File, cmd int, typ int16, start, n int64) error {
 	lk := syscall.Flock_t{Type: typ, Start: start, Len: n}
 	for {
 		err := syscall.FcntlFlock(f.Fd(), cmd, &lk)
@@ -109,10 +153,30 @@ func setlk(f *os.File, cmd int, typ int16, start, n int64) error {
 	}
 }
 
+var testT *testing.T // the running lock test, for setlk's bound
+
+func setlk(f *os.File, cmd int, typ int16, start, n int64) error {
+	return within(testT, lockWait, fmt.Sprintf("fcntl(%s, cmd %d, type %d, %d+%d)", f.Name(), cmd, typ, start, n),
+		func() error { return setlkRaw(f, cmd, typ, start, n) })
+}
+
+func flockT(f *os.File, how int) error {
+	return within(testT, lockWait, fmt.Sprintf("flock(%s, %d)", f.Name(), how),
+		func() error { return syscall.Flock(int(f.Fd()), how) })
+}
+
+// lockTest mounts nfsrdma-mount with opts for a lock test.
+func lockTest(t *testing.T, opts ...string) string {
+	testT = t
+	dir := mountNFSRDMA(t, mountBinary(t), opts...)
+	diagMount = dir
+	return dir
+}
+
 func getlk(t *testing.T, f *os.File, typ int16, start, n int64) syscall.Flock_t {
 	t.Helper()
 	lk := syscall.Flock_t{Type: typ, Start: start, Len: n}
-	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk); err != nil {
+	if err := within(t, lockWait, "F_GETLK on "+f.Name(), func() error { return syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &lk) }); err != nil {
 		t.Fatalf("F_GETLK: %v", err)
 	}
 	return lk
@@ -154,8 +218,7 @@ func eventually(d time.Duration, f func() error) error {
 // excludes the kernel mount's, and the other way round; F_GETLK on each
 // side reports the other's.
 func TestLockPosixAgainstKernelMount(t *testing.T) {
-	bin := mountBinary(t)
-	ours := mountNFSRDMA(t, bin)
+	ours := lockTest(t)
 	kern := mountKernel(t)
 	fs := lockFile(t, "lock-posix", ours, kern)
 	fo, fk := fs[0], fs[1]
@@ -198,20 +261,19 @@ func TestLockPosixAgainstKernelMount(t *testing.T) {
 // TestLockFlockAgainstKernelMount: flock through nfsrdma-mount is a
 // whole-file lock on the server, as the kernel client sends it.
 func TestLockFlockAgainstKernelMount(t *testing.T) {
-	bin := mountBinary(t)
-	ours := mountNFSRDMA(t, bin)
+	ours := lockTest(t)
 	kern := mountKernel(t)
 	fs := lockFile(t, "lock-flock", ours, kern)
 	fo, fk := fs[0], fs[1]
-	if err := syscall.Flock(int(fo.Fd()), syscall.LOCK_EX); err != nil {
+	if err := flockT(fo, syscall.LOCK_EX); err != nil {
 		t.Fatalf("flock through nfsrdma-mount: %v", err)
 	}
-	if err := syscall.Flock(int(fk.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+	if err := flockT(fk, syscall.LOCK_SH|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Fatalf("kernel mount's flock over ours: %v, want EWOULDBLOCK", err)
 	}
 	// Closing the file gives it back.
 	fo.Close()
-	if err := eventually(5*time.Second, func() error { return syscall.Flock(int(fk.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) }); err != nil {
+	if err := eventually(5*time.Second, func() error { return flockT(fk, syscall.LOCK_EX|syscall.LOCK_NB) }); err != nil {
 		t.Fatalf("kernel mount's flock after our close: %v", err)
 	}
 	fo2, err := os.Open(filepath.Join(ours, "lock-flock"))
@@ -219,71 +281,14 @@ func TestLockFlockAgainstKernelMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fo2.Close()
-	if err := syscall.Flock(int(fo2.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+	if err := flockT(fo2, syscall.LOCK_SH|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Fatalf("our flock over the kernel mount's: %v, want EWOULDBLOCK", err)
 	}
-	if err := syscall.Flock(int(fk.Fd()), syscall.LOCK_UN); err != nil {
+	if err := flockT(fk, syscall.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Flock(int(fo2.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+	if err := flockT(fo2, syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 		t.Fatalf("our flock after the kernel mount's unlock: %v", err)
-	}
-}
-
-// TestLockBlockedGrantedAndKilled: a process blocked in F_SETLKW on
-// nfsrdma-mount gets the lock when the kernel mount's holder unlocks; a
-// blocked one dies of SIGKILL, and leaves nothing locked.
-func TestLockBlockedGrantedAndKilled(t *testing.T) {
-	bin := mountBinary(t)
-	ours := mountNFSRDMA(t, bin)
-	kern := mountKernel(t)
-	fs := lockFile(t, "lock-wait", ours, kern)
-	fk := fs[1]
-	path := filepath.Join(ours, "lock-wait")
-
-	if err := setlk(fk, syscall.F_SETLK, syscall.F_WRLCK, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	h := startHelper(t, "wait", path)
-	if l := h.line(2 * time.Second); l != "" {
-		t.Fatalf("helper while the kernel mount holds the lock: %q", l)
-	}
-	if err := setlk(fk, syscall.F_SETLK, syscall.F_UNLCK, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if l := h.line(15 * time.Second); l != "locked" {
-		t.Fatalf("blocked F_SETLKW after the unlock: %q", l)
-	}
-	t.Logf("blocked F_SETLKW granted %v after the other client's unlock", time.Since(start).Round(time.Millisecond))
-	if err := setlk(fk, syscall.F_SETLK, syscall.F_RDLCK, 0, 1); !errors.Is(err, syscall.EAGAIN) {
-		t.Fatalf("kernel mount's lock while the helper holds it: %v", err)
-	}
-	h.stdin.Close()
-	if err := <-h.exited; err != nil {
-		t.Fatalf("helper: %v", err)
-	}
-	if err := eventually(5*time.Second, func() error { return setlk(fk, syscall.F_SETLK, syscall.F_WRLCK, 0, 0) }); err != nil {
-		t.Fatalf("kernel mount's lock after the helper exited: %v", err)
-	}
-
-	// A blocked F_SETLKW dies of SIGKILL.
-	h2 := startHelper(t, "wait", path)
-	if l := h2.line(2 * time.Second); l != "" {
-		t.Fatalf("second helper: %q", l)
-	}
-	h2.cmd.Process.Kill()
-	select {
-	case <-h2.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a process blocked in F_SETLKW survives SIGKILL")
-	}
-	if err := setlk(fk, syscall.F_SETLK, syscall.F_UNLCK, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if lk := getlk(t, fk, syscall.F_WRLCK, 0, 0); lk.Type != syscall.F_UNLCK {
-		t.Fatalf("a lock is left after the killed waiter: %+v", lk)
 	}
 }
 
@@ -304,8 +309,7 @@ func lockdPort(t *testing.T) int {
 // across a knfsd restart is reclaimed in the grace period: after it, the
 // kernel mount's lock is still refused.
 func TestLockReclaimedAfterServerRestart(t *testing.T) {
-	bin := mountBinary(t)
-	ours := mountNFSRDMA(t, bin)
+	ours := lockTest(t)
 	fs := lockFile(t, "lock-reclaim", ours)
 	fo := fs[0]
 	if err := setlk(fo, syscall.F_SETLK, syscall.F_WRLCK, 0, 0); err != nil {
@@ -351,8 +355,7 @@ func TestLockReclaimedAfterServerRestart(t *testing.T) {
 // TestLockNolockStaysLocal: with nolock, locks exclude processes of this
 // machine on the same mount only.
 func TestLockNolockStaysLocal(t *testing.T) {
-	bin := mountBinary(t)
-	ours := mountNFSRDMA(t, bin, "nolock")
+	ours := lockTest(t, "nolock")
 	kern := mountKernel(t)
 	fs := lockFile(t, "lock-nolock", ours, kern)
 	fo, fk := fs[0], fs[1]
@@ -365,5 +368,68 @@ func TestLockNolockStaysLocal(t *testing.T) {
 	h := startHelper(t, "try", filepath.Join(ours, "lock-nolock"))
 	if l := h.line(10 * time.Second); !strings.HasPrefix(l, "denied") {
 		t.Fatalf("another process on the same nolock mount: %q, want denied", l)
+	}
+}
+
+// TestLockBlockedGrantedAndKilled: a process blocked in F_SETLKW on
+// nfsrdma-mount gets the lock when the kernel mount's holder unlocks; a
+// blocked one dies of SIGKILL, and leaves nothing locked.
+func TestLockBlockedGrantedAndKilled(t *testing.T) {
+	ours := lockTest(t)
+	kern := mountKernel(t)
+	fs := lockFile(t, "lock-wait", ours, kern)
+	fk := fs[1]
+	path := filepath.Join(ours, "lock-wait")
+
+	if err := setlk(fk, syscall.F_SETLK, syscall.F_WRLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	h := startHelper(t, "wait", path)
+	if l := h.line(2 * time.Second); l != "" {
+		t.Fatalf("helper while the kernel mount holds the lock: %q", l)
+	}
+	if err := setlk(fk, syscall.F_SETLK, syscall.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if l := h.line(15 * time.Second); l != "locked" {
+		t.Fatalf("blocked F_SETLKW after the unlock: %q", l)
+	}
+	t.Logf("blocked F_SETLKW granted %v after the other client's unlock", time.Since(start).Round(time.Millisecond))
+	if err := setlk(fk, syscall.F_SETLK, syscall.F_RDLCK, 0, 1); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("kernel mount's lock while the helper holds it: %v", err)
+	}
+	h.stdin.Close()
+	select {
+	case err := <-h.exited:
+		if err != nil {
+			t.Fatalf("helper: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		lockDiag(t, "the helper does not exit after its unlock")
+		t.FailNow()
+	}
+	if err := eventually(5*time.Second, func() error { return setlk(fk, syscall.F_SETLK, syscall.F_WRLCK, 0, 0) }); err != nil {
+		t.Fatalf("kernel mount's lock after the helper exited: %v", err)
+	}
+
+	// A blocked F_SETLKW dies of SIGKILL.
+	h2 := startHelper(t, "wait", path)
+	if l := h2.line(2 * time.Second); l != "" {
+		t.Fatalf("second helper: %q", l)
+	}
+	h2.cmd.Process.Kill()
+	select {
+	case <-h2.exited:
+	case <-time.After(15 * time.Second):
+		lockDiag(t, "a process blocked in F_SETLKW survives SIGKILL")
+		t.FailNow()
+	}
+	if err := setlk(fk, syscall.F_SETLK, syscall.F_UNLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if lk := getlk(t, fk, syscall.F_WRLCK, 0, 0); lk.Type != syscall.F_UNLCK {
+		t.Fatalf("a lock is left after the killed waiter: %+v", lk)
 	}
 }
