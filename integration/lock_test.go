@@ -53,10 +53,11 @@ func lockHelper(mode, path string) int {
 }
 
 type helper struct {
-	cmd    *exec.Cmd
-	stdin  interface{ Close() error }
-	lines  chan string
-	exited chan error
+	cmd   *exec.Cmd
+	stdin interface{ Close() error }
+	lines chan string
+	done  chan struct{} // closed when the helper has exited, with err set
+	err   error
 }
 
 func startHelper(t *testing.T, mode, path string) *helper {
@@ -74,18 +75,19 @@ func startHelper(t *testing.T, mode, path string) *helper {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &helper{cmd: cmd, stdin: in, lines: make(chan string, 4), exited: make(chan error, 1)}
+	h := &helper{cmd: cmd, stdin: in, lines: make(chan string, 4), done: make(chan struct{})}
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {
 			h.lines <- s.Text()
 		}
-		h.exited <- cmd.Wait()
+		h.err = cmd.Wait()
+		close(h.done)
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		select {
-		case <-h.exited:
+		case <-h.done:
 		case <-time.After(20 * time.Second):
 			t.Errorf("lock helper %d does not die of SIGKILL", cmd.Process.Pid)
 		}
@@ -318,6 +320,7 @@ func TestLockReclaimedAfterServerRestart(t *testing.T) {
 	// lockd's own grace (50 s by default) as short as knfsd's.
 	const graceFile = "/proc/sys/fs/nfs/nlm_grace_period"
 	if old, err := os.ReadFile(graceFile); err == nil {
+		t.Logf("%s was %s (0: lockd's grace is 5 × nlm_timeout, 50 s)", graceFile, strings.TrimSpace(string(old)))
 		os.WriteFile(graceFile, []byte("10"), 0)
 		t.Cleanup(func() { os.WriteFile(graceFile, old, 0) })
 	} else {
@@ -401,9 +404,9 @@ func TestLockBlockedGrantedAndKilled(t *testing.T) {
 	}
 	h.stdin.Close()
 	select {
-	case err := <-h.exited:
-		if err != nil {
-			t.Fatalf("helper: %v", err)
+	case <-h.done:
+		if h.err != nil {
+			t.Fatalf("helper: %v", h.err)
 		}
 	case <-time.After(30 * time.Second):
 		lockDiag(t, "the helper does not exit after its unlock")
@@ -420,7 +423,7 @@ func TestLockBlockedGrantedAndKilled(t *testing.T) {
 	}
 	h2.cmd.Process.Kill()
 	select {
-	case <-h2.exited:
+	case <-h2.done:
 	case <-time.After(15 * time.Second):
 		lockDiag(t, "a process blocked in F_SETLKW survives SIGKILL")
 		t.FailNow()

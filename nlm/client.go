@@ -228,6 +228,9 @@ func (s *service) call(ctx context.Context, proc uint32, args []byte, maxResults
 		} else if fatal(err) {
 			return err // closed, or the server runs no lock manager
 		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		s.cfg.Logger.Warn("lock manager call failed, trying again", "service", s.name, "proc", proc, "err", err)
 		select {
 		case <-ctx.Done():
