@@ -86,8 +86,33 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			fuseFlags = fuse.FOPEN_KEEP_CACHE
 		} else {
 			n.dataGen.Add(1)
+			n.fsys.events.add(evDataInvalidate)
 		}
 		return n.newOpenFile(ctx, flags), fuseFlags, 0
+	}
+	if n.fsys.opts.NoCTO {
+		// nocto: no revalidation of its own. While the cached attributes
+		// are trusted the cached data is kept, unless attributes seen
+		// since the last open showed the file changed.
+		n.mu.Lock()
+		_, fresh := n.attrs.fresh(n.fsys.now())
+		typ, stale := n.attrs.attr.Type, n.staleData
+		if fresh {
+			n.staleData = false
+		}
+		n.mu.Unlock()
+		if fresh {
+			if typ != nfs3.TypeReg {
+				return nil, 0, syscall.EINVAL
+			}
+			var fuseFlags uint32 = fuse.FOPEN_KEEP_CACHE
+			if stale {
+				fuseFlags = 0
+				n.dataGen.Add(1)
+				n.fsys.events.add(evDataInvalidate)
+			}
+			return n.newOpenFile(ctx, flags), fuseFlags, 0
+		}
 	}
 	var a nfs3.Attr
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
@@ -102,6 +127,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, toErrno(err)
 	}
 	changed := n.setAttr(&a)
+	n.mu.Lock()
+	if n.fsys.opts.NoCTO {
+		changed = changed || n.staleData
+	}
+	n.staleData = false
+	n.mu.Unlock()
 	if a.Type != nfs3.TypeReg {
 		return nil, 0, syscall.EINVAL
 	}
@@ -110,6 +141,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		fuseFlags = fuse.FOPEN_KEEP_CACHE
 	} else if changed {
 		n.dataGen.Add(1)
+		n.fsys.events.add(evDataInvalidate)
 		// The page cache goes (no KEEP_CACHE); the kernel's size and times
 		// must go too, or it would read up to the old size only.
 		if errno := n.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOSYS {
@@ -546,7 +578,7 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 			w, err = n.fsys.c.Remove(ctx, dir, silly.name)
 			return err
 		})
-		silly.dir.setWcc(&w)
+		silly.dir.dirChanged(&w, err == nil, nameChange{remove: silly.name})
 		n.invalidateAttr()
 		if err != nil && !errors.Is(err, nfs3.ErrNoEnt) {
 			n.fsys.log.Warn("removing silly-renamed file", "name", silly.name, "err", err)
