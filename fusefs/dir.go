@@ -413,6 +413,7 @@ type dirHandle struct {
 	next nfs3.Cookie // where the next page starts
 	skip int         // entries still to pass over after a seek (see Seekdir)
 	last *nfs3.DirEntryPlus
+	at   time.Time // when page came
 
 	// A server that repeats cookies would make the listing endless (and
 	// seen grow without bound): every entry's cookie and every cookie
@@ -511,7 +512,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	if len(r.Entries) == 0 && !r.EOF {
 		return syscall.EIO // a page that does not advance
 	}
-	d.page, d.pos, d.eof, d.verf = r.Entries, 0, r.EOF, r.Verf
+	d.page, d.pos, d.eof, d.verf, d.at = r.Entries, 0, r.EOF, r.Verf, d.n.fsys.now()
 	d.n.putPlus(r.Entries)
 	return 0
 }
@@ -549,7 +550,12 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		return d.n.Lookup(ctx, name, out)
 	}
 	d.n.dropPlus(name)
-	c, _ := d.n.child(ctx, name, e.FH, e.Attr)
+	c, unchanged := d.n.child(ctx, name, e.FH, e.Attr)
+	// An open soon after takes these attributes as its revalidation, as
+	// it would a LOOKUP's (see Open).
+	c.mu.Lock()
+	c.lookupAt, c.lookupKeep = d.at, unchanged
+	c.mu.Unlock()
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
 }

@@ -202,3 +202,28 @@ func TestEvents(t *testing.T) {
 		t.Errorf("bytes: %+v", io)
 	}
 }
+
+// TestRPCCatAfterListing: files read right after their directory was
+// listed (a shell's glob, then cat) cost one READ each: the listing's
+// attributes are the opens' revalidation, as a LOOKUP's would be.
+func TestRPCCatAfterListing(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Mkdir(filepath.Join(srv.Dir, "d"), 0o755))
+	const n = 20
+	for i := range n {
+		check(t, os.WriteFile(filepath.Join(srv.Dir, "d", fmt.Sprintf("f%d", i)), []byte("content"), 0o644))
+	}
+	m := mountGoNFS(t, srv, nil)
+	d := opDeltas(m)
+	ents, err := os.ReadDir(m.path("d"))
+	check(t, err)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(m.path("d"), e.Name()))
+		if err != nil || string(b) != "content" {
+			t.Fatalf("%s: %q, %v", e.Name(), b, err)
+		}
+	}
+	if r, g, l := d(nfs3.ProcRead), d(nfs3.ProcGetattr), d(nfs3.ProcLookup); r != n || g != 0 || l > 1 {
+		t.Errorf("cat of %d files after ls: %d READ, %d GETATTR, %d LOOKUP; want %d, 0, at most 1", n, r, g, l, n)
+	}
+}

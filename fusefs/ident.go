@@ -54,7 +54,7 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 		return ctx, cancel
 	}
 	pid := caller.Pid
-	stop := context.AfterFunc(fctx, func() {
+	watch := func() {
 		// Interrupted: cancel now if the signal is fatal, else watch.
 		for {
 			if fatalSignalPending(pid) {
@@ -68,11 +68,41 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 			case <-time.After(fatalPoll):
 			}
 		}
+	}
+	// The request is watched for an interrupt only once it has lasted
+	// watchAfter: most end sooner, and watching the FUSE request's
+	// channel takes a goroutine of its own (a timer takes none).
+	w := &interruptWatch{}
+	w.timer = time.AfterFunc(watchAfter, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.ended {
+			w.stop = context.AfterFunc(fctx, watch)
+		}
 	})
 	return ctx, func() {
-		stop()
+		w.timer.Stop()
+		w.mu.Lock()
+		w.ended = true
+		stop := w.stop
+		w.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
 		cancel()
 	}
+}
+
+// watchAfter is how long a request runs before its caller is watched for
+// a fatal signal.
+const watchAfter = 20 * time.Millisecond
+
+// interruptWatch is the deferred watch of one request (see callCtx).
+type interruptWatch struct {
+	timer *time.Timer
+	mu    sync.Mutex
+	ended bool
+	stop  func() bool
 }
 
 // callCtx is FS.callCtx for a request on the open file f. A request the

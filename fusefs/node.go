@@ -334,9 +334,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if e, ok := n.takePlus(name); ok {
-		// READDIRPLUS just answered it (ls -l): no LOOKUP. The open that
-		// may follow revalidates (lookupAt stays unset).
-		c, _ := n.child(ctx, name, e.fh, &e.attr)
+		// READDIRPLUS just answered it (ls -l, a shell's glob): no
+		// LOOKUP. An open that follows takes these attributes as its
+		// revalidation as it would a LOOKUP's, by their age (lookupAt
+		// is when the listing brought them).
+		c, unchanged := n.child(ctx, name, e.fh, &e.attr)
+		c.mu.Lock()
+		c.lookupAt, c.lookupKeep = e.at, unchanged
+		c.mu.Unlock()
 		n.entryOut(c, out)
 		return c.EmbeddedInode(), 0
 	}
@@ -375,6 +380,17 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.Lock()
+	left, fresh := n.attrs.fresh(n.fsys.now())
+	a := n.attrs.attr
+	n.floorSize(&a)
+	n.mu.Unlock()
+	if fresh {
+		// Answered from the cache: no call, no call context.
+		n.fillOut(&out.Attr, &a)
+		out.SetTimeout(left)
+		return 0
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	a, timeo, err := n.getattr(ctx, false)
