@@ -227,3 +227,22 @@ func TestRPCCatAfterListing(t *testing.T) {
 		t.Errorf("cat of %d files after ls: %d READ, %d GETATTR, %d LOOKUP; want %d, 0, at most 1", n, r, g, l, n)
 	}
 }
+
+// TestNoFlushForReaders: closing a file opened for reading sends the
+// file system no FLUSH; closing one opened for writing does.
+func TestNoFlushForReaders(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	check(t, os.WriteFile(m.path("f"), []byte("x"), 0o644))
+	before := m.fsys.Events()
+	for range 5 {
+		_, err := os.ReadFile(m.path("f"))
+		check(t, err)
+	}
+	mid := m.fsys.Events()
+	check(t, os.WriteFile(m.path("f"), []byte("y"), 0o644))
+	after := m.fsys.Events()
+	if mid[evFlush] != before[evFlush] || after[evFlush] == mid[evFlush] {
+		t.Errorf("FLUSH requests: %d for 5 reads, %d for a write; want 0, >0", mid[evFlush]-before[evFlush], after[evFlush]-mid[evFlush])
+	}
+}

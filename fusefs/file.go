@@ -63,6 +63,18 @@ const lookupFresh = time.Second
 // revalidates the file; the kernel keeps its cached pages only if the file
 // did not change since, else its cached attributes are dropped as well.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fuseFlags, errno := n.open(ctx, flags)
+	if errno == 0 && flags&syscall.O_ACCMODE == syscall.O_RDONLY && n.fsys.noFlushReads.Load() {
+		// Closing a file opened for reading has nothing to write or
+		// commit: the kernel sends no FLUSH (one request less per file
+		// read). Not when locks are forwarded: FLUSH releases the
+		// closing process's locks.
+		fuseFlags |= fuse.FOPEN_NOFLUSH
+	}
+	return fh, fuseFlags, errno
+}
+
+func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
@@ -249,7 +261,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		return err
 	}
 	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize {
-		n.pend = append(n.pend, data...)
+		n.pend = appendPend(n.pend, data, wsize)
 		n.wrEnd = max(n.wrEnd, end)
 		if len(n.pend) < wsize {
 			n.mu.Unlock()
@@ -274,7 +286,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		n.mu.Unlock()
 		return n.writeBehind(ctx, slices.Clone(data), off, false)
 	}
-	n.pend = append(make([]byte, 0, wsize), data...)
+	n.pend = appendPend(nil, data, wsize)
 	n.pendOff, n.pendCtx = off, ctx
 	// Counted as a WRITE in flight: the size shown covers it.
 	n.wrInflight++
@@ -284,6 +296,24 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 	n.mu.Unlock()
 	time.AfterFunc(pendDelay, func() { n.flushPend(gen) })
 	return nil
+}
+
+// appendPend appends data to the gathered writes pend, growing it by
+// doubling up to wsize: a small file's few writes take a buffer of their
+// size, not wsize (a fresh megabyte for each small file costs its page
+// faults, and its zeroing, where CPU is scarce).
+func appendPend(pend, data []byte, wsize int) []byte {
+	need := len(pend) + len(data)
+	if need > cap(pend) {
+		c := max(2*cap(pend), need, 4096)
+		if need <= wsize {
+			c = min(c, wsize)
+		}
+		grown := make([]byte, len(pend), c)
+		copy(grown, pend)
+		pend = grown
+	}
+	return append(pend, data...)
 }
 
 // takePendLocked takes the gathered writes; n.mu is held. The caller sends

@@ -96,7 +96,10 @@ type FS struct {
 
 	sillyCount atomic.Uint64
 	events     eventCounters
-	now        func() time.Time
+	// noFlushReads: files opened for reading are closed without FLUSH
+	// (set by MountWith when the kernel keeps the locks itself).
+	noFlushReads atomic.Bool
+	now          func() time.Time
 }
 
 // New returns the file system of the export whose root handle is root,
@@ -260,6 +263,7 @@ func Mount(dir string, f *FS, mc MountConfig) (*fuse.Server, error) {
 // MountWith mounts f at dir with the go-fuse options fo (FUSEOptions,
 // perhaps amended) and serves it.
 func MountWith(dir string, f *FS, fo *fs.Options) (*fuse.Server, error) {
+	f.noFlushReads.Store(!fo.MountOptions.EnableLocks)
 	server, err := fuse.NewServer(f.NewRawFS(fo), dir, &fo.MountOptions)
 	if err != nil {
 		return nil, err
