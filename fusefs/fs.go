@@ -99,7 +99,9 @@ type FS struct {
 	// noFlushReads: files opened for reading are closed without FLUSH
 	// (set by MountWith when the kernel keeps the locks itself).
 	noFlushReads atomic.Bool
-	now          func() time.Time
+
+	watches watchList // requests in flight, for interrupts (callCtx)
+	now     func() time.Time
 }
 
 // New returns the file system of the export whose root handle is root,
