@@ -81,7 +81,7 @@ func (e *movingEndpoint) forward() {
 }
 
 func (e *movingEndpoint) Events() <-chan verbs.CMEvent { return e.events }
-func (e *movingEndpoint) Device() verbs.Device     { return namedDevice{e.Endpoint.Device(), e.name} }
+func (e *movingEndpoint) Device() verbs.Device         { return namedDevice{e.Endpoint.Device(), e.name} }
 
 type namedDevice struct {
 	verbs.Device
