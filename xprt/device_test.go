@@ -214,3 +214,70 @@ func TestDeviceRemovalMovesToNewDevice(t *testing.T) {
 		t.Fatalf("counters: %s", c)
 	}
 }
+
+// TestStaleInvalidateSurvived: a server that answers with Send With
+// Invalidate of an rkey of a call the client has finished. On a device
+// where that crashes the driver (the simulated fabric panics, as rxe
+// does) the client has already retired the window; the foreign
+// invalidation resets the connection and the call is sent again.
+func TestStaleInvalidateSurvived(t *testing.T) {
+	attr := sim.DefaultDeviceAttr("sim0")
+	attr.StaleInvalidatePanics = true
+	h := sunrpctest.NewHandler()
+	tr, srv, _ := simTarget(t, h, Config{Timeout: 5 * time.Second}, xprttest.Config{
+		Misbehave: xprttest.Misbehavior{OnCall: 3, StaleInvalidate: true}}, sim.WithDevice(attr))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for xid := uint32(1); xid <= 5; xid++ {
+		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 64<<10, make([]byte, 64<<10)))
+		if err != nil {
+			t.Fatalf("READ %d: %v", xid, err)
+		}
+		err = sunrpctest.CheckRead(rep, xid, xid, 64<<10)
+		rep.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := tr.Counters()
+	if st := srv.Stats(); st.StaleInvalidates != 1 {
+		t.Fatalf("server: %+v", st)
+	}
+	if c.WindowsRetired < 4 || c.Reconnects != 1 {
+		t.Fatalf("want every window retired and one reconnect: %s", c)
+	}
+}
+
+// TestOutOfBoundsRefused: a server reaching past a segment through its
+// rkey is refused by a device that enforces bounds; the connection is
+// reset, the call sent again, and nothing past the segment changed.
+func TestOutOfBoundsRefused(t *testing.T) {
+	for _, opts := range [][]sim.Option{nil, {sim.WithoutMemWindows()}} {
+		h := sunrpctest.NewHandler()
+		tr, srv, _ := simTarget(t, h, Config{Timeout: 5 * time.Second}, xprttest.Config{
+			Misbehave: xprttest.Misbehavior{OnCall: 2, OutOfBounds: 64}}, opts...)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for xid := uint32(1); xid <= 3; xid++ {
+			buf := bytes.Repeat([]byte{0x77}, 96<<10)
+			rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 64<<10, buf[:64<<10]))
+			if err != nil {
+				t.Fatalf("READ %d: %v", xid, err)
+			}
+			err = sunrpctest.CheckRead(rep, xid, xid, 64<<10)
+			rep.Release()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Count(buf[64<<10:], []byte{0x77}) != 32<<10 {
+				t.Fatal("bytes past the READ's buffer changed")
+			}
+		}
+		if st := srv.Stats(); st.OutOfBoundsTried != 1 || st.OutOfBoundsLanded != 0 {
+			t.Fatalf("%v: server: %+v", tr.RegistrationMode(), st)
+		}
+		if c := tr.Counters(); c.Reconnects != 1 {
+			t.Fatalf("%v: want one reconnect: %s", tr.RegistrationMode(), c)
+		}
+	}
+}
