@@ -375,18 +375,16 @@ func (t *Transport) connLost(c *conn, why error) {
 			}
 			t.mu.Unlock()
 		}()
-		t.teardown(c)
-		if errors.Is(why, errDeviceGone) {
-			t.releaseDevice()
-		}
+		t.teardown(c, errors.Is(why, errDeviceGone))
 		if !closed {
 			t.reconnect()
 		}
 	}()
 }
 
-// teardown drains c and settles every call and window it carried.
-func (t *Transport) teardown(c *conn) {
+// teardown drains c and settles every call and window it carried. When
+// its device is gone, everything of the device goes with it.
+func (t *Transport) teardown(c *conn, deviceGone bool) {
 	drained := true
 	if err := c.drain(); err != nil {
 		drained = false
@@ -439,7 +437,11 @@ func (t *Transport) teardown(c *conn) {
 		}
 	}
 	t.mu.Unlock()
-	c.release()
+	if deviceGone {
+		c.releaseWith(t.releaseDevice)
+	} else {
+		c.release()
+	}
 }
 
 // reconnect makes a new connection with exponential backoff.
