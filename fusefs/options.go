@@ -50,6 +50,17 @@ type Options struct {
 	// mount fixes one identity (uid=, gid=).
 	CallerIdentity bool
 
+	// NoCTO turns close-to-open consistency off (nfs(5) nocto): an open
+	// revalidates nothing of its own; the file's attributes, and whether
+	// its cached data is kept, follow the attribute cache timeouts only.
+	// A file's dirty data is still written at close.
+	NoCTO bool
+
+	// LookupCache is nfs(5) lookupcache: which answers of LOOKUP the
+	// kernel's dentry cache keeps (all: found and missing names; pos:
+	// found ones only; none: neither, every path walk asks the server).
+	LookupCache LookupCache
+
 	// ReadOnly refuses every change with EROFS (nfs(5) ro).
 	ReadOnly bool
 
@@ -63,6 +74,15 @@ type Options struct {
 	// Logger receives the file system's events; nil discards them.
 	Logger *slog.Logger
 }
+
+// LookupCache is the nfs(5) lookupcache mode.
+type LookupCache int
+
+const (
+	LookupCacheAll      LookupCache = iota // found and missing names
+	LookupCachePositive                    // found names only
+	LookupCacheNone                        // none
+)
 
 // Defaults, as nfs(5) gives them for the attribute cache.
 const (

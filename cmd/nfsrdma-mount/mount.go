@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/fusefs"
@@ -383,7 +382,7 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	}
 	fo := m.fsys.FUSEOptions(mc)
 	fo.MountOptions.Options = append(fo.MountOptions.Options, flagOptions(m.opts.MountFlags, !root0)...)
-	if m.fuse, err = fs.Mount(m.dir, m.fsys.Root(), fo); err != nil {
+	if m.fuse, err = fusefs.MountWith(m.dir, m.fsys, fo); err != nil {
 		if strings.Contains(err.Error(), "fusermount exited") {
 			// go-fuse says only that; fusermount's own message went to
 			// stderr, which the mount command shows above this one.
