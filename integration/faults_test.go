@@ -496,8 +496,8 @@ func (s rdmaStats) reconnects() uint64 {
 type watched struct {
 	label string
 	take  func() faults.Snapshot
-	// strict: goroutines (threads of another process are not: Go keeps
-	// them) must be back too.
+	// strict: the threads of another process must be back too (they
+	// need not: the Go runtime keeps threads it made).
 	strict bool
 	base   faults.Snapshot
 }
@@ -557,7 +557,7 @@ func (fc faultCase) run(t *testing.T) {
 		base := wt.base
 		take := wt.take
 		if !wt.strict {
-			take = func() faults.Snapshot { s := wt.take(); s.Goroutines = base.Goroutines; return s }
+			take = func() faults.Snapshot { s := wt.take(); s.Threads = base.Threads; return s }
 		}
 		now := faults.Settle(base, 15*time.Second, take)
 		deltas[wt] = wt.base.Delta(wt.take())

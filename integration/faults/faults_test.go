@@ -130,7 +130,7 @@ func TestSnapshotDelta(t *testing.T) {
 	if d := a.Delta(b); d != "MWs +4, fds -1" {
 		t.Fatal(d)
 	}
-	if p := TakeProcess(os.Getpid()); p.Goroutines <= 0 || p.FDs <= 0 {
+	if p := TakeProcess(os.Getpid()); p.Threads <= 0 || p.FDs <= 0 {
 		t.Fatalf("%+v", p)
 	}
 	if s := Settle(a, 10*time.Millisecond, func() Snapshot { return b }); s != b {

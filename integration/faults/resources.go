@@ -17,6 +17,7 @@ import (
 type Snapshot struct {
 	Verbs      verbs.ResourceCounts
 	Goroutines int
+	Threads    int // of another process (TakeProcess), which has no goroutine count to give
 	FDs        int
 }
 
@@ -29,14 +30,14 @@ func Take(fab verbs.Fabric) Snapshot {
 	return s
 }
 
-// TakeProcess snapshots another process (a mount server): its threads stand
-// in for goroutines, which it does not expose.
+// TakeProcess snapshots another process (a mount server): its fds and
+// threads.
 func TakeProcess(pid int) Snapshot {
 	s := Snapshot{FDs: countFDs(strconv.Itoa(pid))}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-				s.Goroutines, _ = strconv.Atoi(strings.TrimSpace(v))
+				s.Threads, _ = strconv.Atoi(strings.TrimSpace(v))
 			}
 		}
 	}
@@ -66,6 +67,7 @@ func (s Snapshot) Delta(now Snapshot) string {
 	add("MRs", s.Verbs.MRs, now.Verbs.MRs)
 	add("MWs", s.Verbs.MWs, now.Verbs.MWs)
 	add("goroutines", s.Goroutines, now.Goroutines)
+	add("threads", s.Threads, now.Threads)
 	add("fds", s.FDs, now.FDs)
 	if len(parts) == 0 {
 		return "none"
