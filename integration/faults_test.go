@@ -51,8 +51,16 @@ func faultsOut() string {
 	return filepath.Join("_build", "faults.md")
 }
 
+var tableNote sync.Once
+
 func addRow(t *testing.T, r faults.Row) {
 	t.Helper()
+	tableNote.Do(func() {
+		var u unix.Utsname
+		unix.Uname(&u)
+		faultTable.Note("run of %s UTC, guest kernel %s, soak length %v; recovery is from the fault's injection to the first operation of the workload completed after the fault was over; bytes verified are those written and checked on the server by SHA-256 plus those read and compared",
+			time.Now().UTC().Format("2006-01-02 15:04"), unix.ByteSliceToString(u.Release[:]), soakLength(t))
+	})
 	t.Logf("row: %+v", r)
 	if err := faultTable.Add(r); err != nil {
 		t.Errorf("results table: %v", err)
