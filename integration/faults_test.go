@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -1249,6 +1250,79 @@ func TestFaultsStaleHandle(t *testing.T) {
 	addRow(t, row)
 }
 
+// fgMount is an nfsrdma-mount server run in the foreground as the test's
+// child (-f -v, its output in a log file), so that the soak can kill it,
+// mount again, and get its goroutines (SIGQUIT) if it hangs.
+type fgMount struct {
+	cmd    *exec.Cmd
+	exited chan error
+	log    string
+}
+
+func startFgMount(bin, opts, spec, dir, logPath string) (*fgMount, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-f", "-v", "--ready-fd=3", "-o", opts, spec, dir)
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		r.Close()
+		return nil, err
+	}
+	w.Close()
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	r.Close()
+	m := &fgMount{cmd: cmd, exited: make(chan error, 1), log: logPath}
+	go func() { m.exited <- cmd.Wait() }()
+	if strings.TrimSpace(line) != "ready" {
+		select {
+		case <-m.exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-m.exited
+		}
+		return nil, fmt.Errorf("nfsrdma-mount: %s\n%s", strings.TrimSpace(line), readLog(logPath))
+	}
+	return m, nil
+}
+
+// kill sends SIGKILL and waits for the server to go.
+func (m *fgMount) kill() error {
+	if err := m.cmd.Process.Kill(); err != nil {
+		return err
+	}
+	select {
+	case <-m.exited:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("mount server %d survived SIGKILL", m.cmd.Process.Pid)
+	}
+}
+
+// dump makes the server print its goroutines (SIGQUIT) and returns the
+// tail of its log.
+func (m *fgMount) dump() string {
+	m.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-m.exited:
+	case <-time.After(10 * time.Second):
+	}
+	b, _ := os.ReadFile(m.log)
+	if len(b) > 128<<10 {
+		b = b[len(b)-128<<10:]
+	}
+	return string(b)
+}
+
 // soakLength is the chaos soak's length: $NFSRDMA_SOAK (a Go duration;
 // make soak sets 10m), 2 minutes by default so that make test stays in
 // its budget.
@@ -1291,14 +1365,27 @@ func TestFaultsSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The mount as users run it (a daemon), so that it can be killed and
-	// mounted again.
+	// The mount server in the foreground as the test's child, so that it
+	// can be killed, mounted again over its dead mount, and dumped.
 	mnt := t.TempDir()
 	cleanupMount(t, bin, mnt)
-	mountArgs := []string{"-o", "vers=3,proto=rdma,port=20049,hard,timeo=10,retrans=2", exportSpec, mnt}
-	if code, out := runCmd(t, bin, mountArgs...); code != 0 {
-		t.Fatalf("mount: exit %d: %s", code, out)
+	mountOpts := "vers=3,proto=rdma,port=20049,hard,timeo=10,retrans=2"
+	mlog := filepath.Join(t.TempDir(), "nfsrdma-mount.log")
+	var msrvMu sync.Mutex
+	msrv, err := startFgMount(bin, mountOpts, exportSpec, mnt, mlog)
+	if err != nil {
+		t.Fatal(err)
 	}
+	server := func() *fgMount { msrvMu.Lock(); defer msrvMu.Unlock(); return msrv }
+	t.Cleanup(func() {
+		m := server()
+		exec.Command(bin, "-u", mnt).Run()
+		select {
+		case <-m.exited:
+		case <-time.After(30 * time.Second):
+			t.Errorf("the soak's mount server still runs 30 s after its unmount:\n%s", m.dump())
+		}
+	})
 	mdir := filepath.Join(mnt, sub)
 	// Errors are expected of the mount's workloads only while its server
 	// is dead: from the kill until the new mount serves.
@@ -1342,23 +1429,18 @@ func TestFaultsSoak(t *testing.T) {
 			return startNFSD()
 		}},
 		{Name: "mount server SIGKILL, remount", Inject: func(context.Context) error {
-			s, err := mountCounters(bin, mnt)
-			if err != nil {
-				return err
-			}
 			killed.Store(true)
-			if err := syscall.Kill(s.PID, syscall.SIGKILL); err != nil {
+			if err := server().kill(); err != nil {
 				return err
-			}
-			for deadline := time.Now().Add(10 * time.Second); syscall.Kill(s.PID, 0) == nil; time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("mount server %d survived SIGKILL", s.PID)
-				}
 			}
 			time.Sleep(time.Second) // the workloads meet the dead mount
-			if out, err := exec.Command(bin, mountArgs...).CombinedOutput(); err != nil {
-				return fmt.Errorf("mount over the dead one: %v: %s", err, out)
+			m, err := startFgMount(bin, mountOpts, exportSpec, mnt, mlog)
+			if err != nil {
+				return fmt.Errorf("mount over the dead one: %w", err)
 			}
+			msrvMu.Lock()
+			msrv = m
+			msrvMu.Unlock()
 			if n := mountCount(t, mnt); n != 1 {
 				mountProblems = append(mountProblems, fmt.Sprintf("%d mounts stacked at the mount point", n))
 			}
@@ -1384,6 +1466,9 @@ func TestFaultsSoak(t *testing.T) {
 		}
 	}
 	d := &faults.Driver{Faults: fs, Min: 20 * time.Second, Max: 60 * time.Second}
+	dctx, stopSoak := context.WithTimeout(context.Background(), length)
+	hung := false
+	d.OnStart = func(name string) { t.Logf("soak: injecting %s", name) }
 	d.OnEvent = func(ev faults.Event) {
 		s := stats[ev.Fault]
 		if s == nil {
@@ -1397,11 +1482,16 @@ func TestFaultsSoak(t *testing.T) {
 			return
 		}
 		for _, w := range ws {
-			at, ok := w.p.WaitAfter(ev.End, 3*time.Minute)
+			at, ok := w.p.WaitAfter(ev.End, 90*time.Second)
 			if !ok {
 				s.failures = append(s.failures, w.name+" did not recover")
-				t.Errorf("%s: no progress within 3 minutes after %s", w.name, ev.Fault)
-				continue
+				t.Errorf("%s: no progress within 90 s after %s (errors: %s)", w.name, ev.Fault, w.p.Errors())
+				if strings.HasPrefix(w.name, "mount") {
+					t.Errorf("the mount server's log and goroutines:\n%s", server().dump())
+				}
+				hung = true
+				stopSoak()
+				return
 			}
 			rec := at.Sub(ev.Start)
 			s.worst = max(s.worst, rec)
@@ -1409,10 +1499,14 @@ func TestFaultsSoak(t *testing.T) {
 		}
 		t.Logf("soak: %s at %s, all workloads recovered within %v", ev.Fault, ev.Start.Format("15:04:05"), s.worst.Round(10*time.Millisecond))
 	}
-	dctx, cancel := context.WithTimeout(context.Background(), length)
 	start := time.Now()
 	d.Run(dctx)
-	cancel()
+	stopSoak()
+	if hung {
+		// The workloads' hung steps end when the dumped server exits
+		// (ENOTCONN) or their own timeouts pass.
+		t.Error("the soak stopped at a workload that did not recover")
+	}
 	t.Logf("soak: %v, %d faults", time.Since(start).Round(time.Second), len(d.Events()))
 	r.stop()
 	now := faults.Settle(base, 15*time.Second, fc.snapshot)

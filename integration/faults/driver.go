@@ -27,7 +27,8 @@ type Driver struct {
 	Faults   []Fault
 	Min, Max time.Duration // the pause before each injection is uniform in [Min, Max]
 	Rand     *rand.Rand
-	// OnEvent, when set, is called after each injection.
+	// OnStart, when set, is called before each injection; OnEvent after.
+	OnStart func(fault string)
 	OnEvent func(Event)
 
 	mu     sync.Mutex
@@ -58,6 +59,9 @@ func (d *Driver) Run(ctx context.Context) {
 		}
 		f := d.Faults[order[0]]
 		order = order[1:]
+		if d.OnStart != nil {
+			d.OnStart(f.Name)
+		}
 		ev := Event{Fault: f.Name, Start: time.Now()}
 		ev.Err = f.Inject(context.WithoutCancel(ctx))
 		ev.End = time.Now()
