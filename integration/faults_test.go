@@ -68,11 +68,37 @@ func addRow(t *testing.T, r faults.Row) {
 	}
 }
 
-// shell runs a command and returns its error with its output.
+// shell runs a command of the bed (rpc.nfsd and the like) and returns its
+// error with its output. A command still running after two minutes is
+// reported with its kernel stack (knfsd's start and stop happen in the
+// writes rpc.nfsd makes) and killed.
 func shell(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
+	var out bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
+		cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+		dmesg, _ := exec.Command("dmesg").CombinedOutput()
+		if len(dmesg) > 4096 {
+			dmesg = dmesg[len(dmesg)-4096:]
+		}
+		return fmt.Errorf("%s %s: still running after 2 minutes; its kernel stack:\n%s\ndmesg:\n%s", name, strings.Join(args, " "), stack, dmesg)
+	}
 	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out.Bytes()))
 	}
 	return nil
 }
