@@ -1505,6 +1505,8 @@ func TestFaultsSoak(t *testing.T) {
 		if ev.Err != nil {
 			s.failures = append(s.failures, ev.Err.Error())
 			t.Errorf("injecting %s: %v", ev.Fault, ev.Err)
+			hung = true
+			stopSoak()
 			return
 		}
 		for _, w := range ws {
