@@ -1460,10 +1460,13 @@ func TestFaultsSoak(t *testing.T) {
 	})
 	mdir := filepath.Join(mnt, sub)
 	// Errors are expected of the mount's workloads only while its server
-	// is dead: from the kill until the new mount serves.
+	// is dead: from the kill until the new mount serves. The kernel fails
+	// the FUSE requests in flight at the kill with ECONNABORTED and later
+	// ones with ENOTCONN; ENOENT is the mount point bare before the
+	// remount.
 	var killed atomic.Bool
 	mountExpect := func(err error) bool {
-		return killed.Load() && (errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ENOENT))
+		return killed.Load() && (errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ENOENT))
 	}
 	ws := []*workload{
 		libWriteStream(fc, dir, sdir, "lw"),
