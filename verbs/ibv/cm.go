@@ -108,6 +108,7 @@ type endpoint struct {
 	// removedDev is the address of the libibverbs device a
 	// DEVICE_REMOVAL named (0: none), only ever compared.
 	removedDev atomic.Uintptr
+	removedFDs atomic.Int64 // its context's cmd_fd<<32 | async_fd
 }
 
 func newEndpoint(f *Fabric, ch *cmChannel, id *C.struct_rdma_cm_id) *endpoint {
@@ -315,6 +316,9 @@ func (ep *endpoint) startEvents() {
 			case C.RDMA_CM_EVENT_DEVICE_REMOVAL:
 				t = verbs.CMDeviceRemoval
 				ep.removedDev.Store(uintptr(C.nr_cm_dev(ep.id)))
+				var cmdFD, asyncFD C.int
+				C.nr_cm_dev_fds(ep.id, &cmdFD, &asyncFD)
+				ep.removedFDs.Store(int64(cmdFD)<<32 | int64(uint32(asyncFD)))
 			case C.RDMA_CM_EVENT_TIMEWAIT_EXIT:
 				t = verbs.CMTimewaitExit
 			case C.RDMA_CM_EVENT_ADDR_CHANGE:
@@ -390,7 +394,8 @@ func (ep *endpoint) Close() error {
 	C.rdma_destroy_id(ep.id)
 	C.rdma_destroy_event_channel(ep.ch.ch)
 	if dev := ep.removedDev.Load(); dev != 0 {
-		ep.f.letRemovedDeviceGo(dev)
+		fds := ep.removedFDs.Load()
+		ep.f.letRemovedDeviceGo(dev, int(fds>>32), int(int32(fds)))
 	}
 	return nil
 }
@@ -399,14 +404,19 @@ func (ep *endpoint) Close() error {
 // once the device has left the device list and no id uses it: the kernel
 // cannot finish removing a device (rxe has no way to take it from under a
 // process) while any process has it open, and librdmacm notices a removal
-// only when it lists its devices. It retries in the background until the
-// device is gone from the list, for at most a minute.
-func (f *Fabric) letRemovedDeviceGo(dev uintptr) {
+// only when it lists its devices — and not at all when no device is left,
+// in which case the context's descriptors are released under it. It
+// retries in the background until the device is gone from the list, for
+// at most a minute.
+func (f *Fabric) letRemovedDeviceGo(dev uintptr, cmdFD, asyncFD int) {
 	go func() {
 		for i := 0; i < 600; i++ {
 			listed := C.nr_dev_listed(C.uintptr_t(dev)) != 0
 			C.nr_sync_cm_devices()
 			if !listed {
+				if cmdFD >= 0 {
+					C.nr_release_removed_fds(C.int(cmdFD), C.int(asyncFD))
+				}
 				return
 			}
 			time.Sleep(100 * time.Millisecond)

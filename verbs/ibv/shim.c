@@ -4,6 +4,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include "shim.h"
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
 
 // Opcode numbers of verbs.Opcode.
 enum { NR_SEND, NR_SEND_WITH_INV, NR_RDMA_WRITE, NR_RDMA_READ, NR_BIND_MW, NR_LOCAL_INV };
@@ -435,4 +438,44 @@ void nr_sync_cm_devices(void)
 
 	if (l)
 		rdma_free_devices(l);
+}
+
+void nr_cm_dev_fds(struct rdma_cm_id *id, int *cmd_fd, int *async_fd)
+{
+	*cmd_fd = *async_fd = -1;
+	if (!id || !id->verbs)
+		return;
+	*cmd_fd = id->verbs->cmd_fd;
+	*async_fd = id->verbs->async_fd;
+}
+
+/* Let go of a removed device's files that librdmacm keeps open: it closes
+ * its context of a device only when it lists devices and finds it gone,
+ * and it gives up listing when no device is left. The context's
+ * descriptors are replaced by /dev/null (so librdmacm's eventual close of
+ * them is harmless); the kernel then finishes removing the device. Done
+ * only while cmd_fd still names the deleted device node, which proves the
+ * context is still open and both numbers still its own. */
+int nr_release_removed_fds(int cmd_fd, int async_fd)
+{
+	char path[64], target[256];
+	ssize_t n;
+	int null;
+
+	snprintf(path, sizeof path, "/proc/self/fd/%d", cmd_fd);
+	n = readlink(path, target, sizeof target - 1);
+	if (n <= 0)
+		return 0;
+	target[n] = 0;
+	if (!strstr(target, "/dev/infiniband/uverbs") || !strstr(target, "(deleted)"))
+		return 0;
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0)
+		return -1;
+	if (dup2(null, cmd_fd) >= 0)
+		fcntl(cmd_fd, F_SETFD, FD_CLOEXEC);
+	if (async_fd >= 0 && dup2(null, async_fd) >= 0)
+		fcntl(async_fd, F_SETFD, FD_CLOEXEC);
+	close(null);
+	return 1;
 }

@@ -99,3 +99,5 @@ int nr_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *
 uintptr_t nr_cm_dev(struct rdma_cm_id *id);
 int nr_dev_listed(uintptr_t dev);
 void nr_sync_cm_devices(void);
+void nr_cm_dev_fds(struct rdma_cm_id *id, int *cmd_fd, int *async_fd);
+int nr_release_removed_fds(int cmd_fd, int async_fd);
