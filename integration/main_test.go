@@ -18,7 +18,8 @@ var (
 	exportDir = "/export"
 	// insecureExportDir is exported insecure,no_root_squash, for the tests
 	// that need an ordinary source port or root acting as root.
-	insecureExportDir = "/export-insecure"
+	insecureExportDir  = "/export-insecure"
+	insecureExportSpec = serverAddr.String() + ":" + insecureExportDir
 )
 
 func TestMain(m *testing.M) {
