@@ -235,7 +235,13 @@ func TestFusefsIdentity(t *testing.T) {
 			}
 		}
 		owners := filepath.Join(dir, "by-owner")
-		if res := asActor(pcOwner, func() string { return en(os.Chmod(owners, 0o600)) }); res != "ok" {
+		groups := filepath.Join(dir, "group-readable") // 0640, group 1001, which the member is in
+		if res := asActor(pcOwner, func() string {
+			if err := os.WriteFile(groups, []byte("for the group\n"), 0o640); err != nil {
+				return en(err)
+			}
+			return en(os.Chmod(owners, 0o600))
+		}); res != "ok" {
 			t.Fatalf("%s: the owner's chmod of its file: %s", m.what, res)
 		}
 		for _, step := range []struct {
@@ -249,6 +255,9 @@ func TestFusefsIdentity(t *testing.T) {
 			{"member reads the owner's 0600 file", pcMember, "EACCES", func() error { _, err := os.ReadFile(owners); return err }},
 			{"root reads the owner's 0600 file", pcRoot, "EACCES", func() error { _, err := os.ReadFile(owners); return err }},
 			{"owner reads its 0600 file", pcOwner, "ok", func() error { _, err := os.ReadFile(owners); return err }},
+			// The server takes the caller's supplementary groups from the credential.
+			{"member reads the owner's 0640 file by its group", pcMember, "ok", func() error { _, err := os.ReadFile(groups); return err }},
+			{"other reads the owner's 0640 file", pcOther, "EACCES", func() error { _, err := os.ReadFile(groups); return err }},
 			{"member chmods the owner's file", pcMember, "EPERM", func() error { return os.Chmod(owners, 0o666) }},
 			{"root chmods the owner's file", pcRoot, "EPERM", func() error { return os.Chmod(owners, 0o666) }},
 			{"root chowns the member's file", pcRoot, "EPERM", func() error { return os.Chown(filepath.Join(dir, "by-member"), 0, 0) }},
