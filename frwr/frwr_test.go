@@ -272,6 +272,13 @@ func TestRKeysChangeUnpredictably(t *testing.T) {
 		if uint8(k) == uint8(prev)+1 {
 			increments++
 		}
+		// A late access with one of the window's recent rkeys never
+		// matches its current binding.
+		for j := max(0, i-16); j < i; j++ {
+			if keys[j] == k {
+				t.Fatalf("bind %d reused rkey %#x of bind %d", i, k, j)
+			}
+		}
 	}
 	// Uniform bytes give about one increment in 255 and ~140 distinct
 	// values in 200 draws.

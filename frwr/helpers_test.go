@@ -80,7 +80,9 @@ func newRigPD(t *testing.T, cfg frwr.Config, wrap func(verbs.PD) verbs.PD, opts 
 	if wrap != nil {
 		cfg.PD = wrap(g.pd)
 	}
-	cfg.Attr = g.dev.Attr()
+	if cfg.Attr.Name == "" {
+		cfg.Attr = g.dev.Attr()
+	}
 	if cfg.BufferSize == 0 {
 		cfg.BufferSize = testBufSize
 	}

@@ -146,7 +146,11 @@ func (r *Registry) releaseLocked(g *Registration) error {
 	case StateLocalInvPosted, StateInvalidatedRemotely:
 		w := g.w
 		r.setStateLocked(g, StateFree)
-		r.putWindowLocked(w)
+		if r.retire {
+			r.retireWindowLocked(w)
+		} else {
+			r.putWindowLocked(w)
+		}
 	case StateRegistered:
 		if err := g.mr.Close(); err != nil {
 			return fmt.Errorf("frwr: deregistering segment rkey %#x: %w", g.seg.Handle, err)
@@ -242,6 +246,9 @@ func (r *Registry) destroyWindowLocked(w *window) {
 // replaceOneLocked allocates a window for one destroyed slot and returns
 // it (not yet in the pool).
 func (r *Registry) replaceOneLocked() (*window, error) {
+	if r.pd == nil {
+		return nil, ErrDetached
+	}
 	for i, w := range r.slots {
 		if w != nil {
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/verbs"
@@ -56,7 +57,15 @@ type window struct {
 	slot  int
 	state State         // guarded by Registry.mu
 	reg   *Registration // the registration holding it, when not Free
+	// recent are the key bytes of its last binds: a new bind avoids them
+	// all, so a late access with an rkey this window carried recently
+	// (a misbehaving or slow peer) never matches its current binding.
+	recent  [recentKeys]uint8
+	nextKey int
 }
+
+// recentKeys is how many of a window's last key bytes a bind avoids.
+const recentKeys = 16
 
 // Registration is one chunk segment exposed to the peer: a bound window
 // (windows mode) or a registered MR (register mode). Registrations are
@@ -141,9 +150,14 @@ func (r *Registry) Register(ctx context.Context, b *Buffer, off, n int, dir Dire
 		r.mu.Unlock()
 		return nil, err
 	}
-	if r.mode == ModeRegister {
+	if r.pd == nil {
 		r.mu.Unlock()
-		return r.registerMR(b, off, n, dir, access)
+		return nil, ErrDetached
+	}
+	if r.mode == ModeRegister {
+		pd := r.pd
+		r.mu.Unlock()
+		return r.registerMR(pd, b, off, n, dir, access)
 	}
 	defer r.mu.Unlock()
 	w, err := r.takeWindowLocked(ctx)
@@ -153,7 +167,7 @@ func (r *Registry) Register(ctx context.Context, b *Buffer, off, n int, dir Dire
 	// The key the consumer holds: the last posted bind's (a bind handed
 	// out and aborted unposted left it unchanged).
 	old := w.mw.RKey()
-	k, err := r.keyByteLocked(uint8(old))
+	k, err := r.keyByteLocked(w, uint8(old))
 	if err != nil {
 		r.putWindowLocked(w)
 		return nil, err
@@ -187,11 +201,11 @@ func (r *Registry) checkSegmentLocked(b *Buffer, off, n int) error {
 
 // registerMR is Register in register mode. The registration itself (a
 // system call that pins memory) runs without the mutex.
-func (r *Registry) registerMR(b *Buffer, off, n int, dir Direction, access verbs.Access) (*Registration, error) {
+func (r *Registry) registerMR(pd verbs.PD, b *Buffer, off, n int, dir Direction, access verbs.Access) (*Registration, error) {
 	if dir == FromPeer {
 		access |= verbs.AccessLocalWrite // ibv_reg_mr requires it with REMOTE_WRITE
 	}
-	mr, err := r.pd.RegMR(b.mem[off:off+n:off+n], access)
+	mr, err := pd.RegMR(b.mem[off:off+n:off+n], access)
 	if err != nil {
 		return nil, fmt.Errorf("frwr: registering segment [%d, %d+%d): %w", off, off, n, err)
 	}
@@ -199,6 +213,9 @@ func (r *Registry) registerMR(b *Buffer, off, n int, dir Direction, access verbs
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, errors.Join(ErrClosed, mr.Close())
+	}
+	if r.pd != pd { // detached meanwhile: the MR is of the old device
+		return nil, errors.Join(ErrDetached, mr.Close())
 	}
 	g := r.newRegistrationLocked(b, dir)
 	g.mr = mr
@@ -291,8 +308,10 @@ func (r *Registry) putWindowLocked(w *window) {
 	}
 }
 
-// keyByteLocked returns an unpredictable key byte different from old.
-func (r *Registry) keyByteLocked(old uint8) (uint8, error) {
+// keyByteLocked returns an unpredictable key byte for w's next bind,
+// different from old (its current one) and from its recent ones, and
+// records it.
+func (r *Registry) keyByteLocked(w *window, old uint8) (uint8, error) {
 	for range 64 {
 		if r.keyPos == r.keyLen {
 			n, err := r.rnd.Read(r.keys[:])
@@ -307,7 +326,9 @@ func (r *Registry) keyByteLocked(old uint8) (uint8, error) {
 		k := r.keys[r.keyPos]
 		r.keys[r.keyPos] = 0 // a used key byte does not linger
 		r.keyPos++
-		if k != old {
+		if k != old && !slices.Contains(w.recent[:min(w.nextKey, recentKeys)], k) {
+			w.recent[w.nextKey%recentKeys] = k
+			w.nextKey++
 			return k, nil
 		}
 	}

@@ -80,6 +80,13 @@ type Config struct {
 	Windows int
 	// Rand supplies the key bytes of new rkeys; nil means crypto/rand.
 	Rand io.Reader
+	// RetireWindows replaces every window by a new one as soon as it is
+	// invalid (locally or remotely), instead of returning it to the pool
+	// Free under the rkey the peer has seen: for a device on which a Send
+	// With Invalidate naming a Free window's rkey crashes the driver
+	// (verbs.DeviceAttr.StaleInvalidatePanics). It costs a window
+	// allocation and deallocation per exposed segment.
+	RetireWindows bool
 }
 
 // Counters are the registry's event counts (monotonic) and pool gauges,
@@ -108,6 +115,10 @@ type Counters struct {
 	// WindowCloseErrors counts MW.Close failures (the window is dropped
 	// either way).
 	WindowCloseErrors uint64
+	// WindowsRetired counts windows replaced after use (Config.RetireWindows).
+	WindowsRetired uint64
+	// Detaches and Attaches count moves of the registry between devices.
+	Detaches, Attaches uint64
 
 	// RefusedTransitions counts calls refused because the registration's
 	// state did not allow them (see TransitionError).
@@ -137,14 +148,15 @@ type Counters struct {
 // and the state of every registration. It is safe for concurrent use:
 // Register from many goroutines, the reply-handler calls from one.
 type Registry struct {
-	pd   verbs.PD
-	mode Mode
-	size int
+	mode   Mode
+	size   int
+	retire bool // Config.RetireWindows, in windows mode
 
 	syncs atomic.Uint64
 
 	mu     sync.Mutex
 	closed bool
+	pd     verbs.PD // nil while detached
 	c      Counters
 
 	// I/O buffers.
@@ -186,8 +198,13 @@ func New(cfg Config) (*Registry, error) {
 	mode := cfg.Mode
 	switch mode {
 	case ModeAuto:
+		// Windows only where a window confines the peer to its segment:
+		// on a device where it reaches the whole MR, a segment's
+		// neighbours in its buffer (the caller's other bytes, an earlier
+		// RPC's leftovers) would be exposed. Per-segment MRs are checked
+		// exactly there.
 		mode = ModeRegister
-		if cfg.Attr.Has(verbs.CapMemWindow2) {
+		if cfg.Attr.Has(verbs.CapMemWindow2) && !cfg.Attr.WindowsUnbounded {
 			mode = ModeWindows
 		}
 	case ModeWindows, ModeRegister:
@@ -197,20 +214,13 @@ func New(cfg Config) (*Registry, error) {
 	if mode == ModeWindows && cfg.Windows <= 0 {
 		return nil, fmt.Errorf("frwr: Config.Windows %d must be positive in windows mode", cfg.Windows)
 	}
-	r := &Registry{pd: cfg.PD, mode: mode, size: cfg.BufferSize, rnd: cfg.Rand}
+	r := &Registry{pd: cfg.PD, mode: mode, size: cfg.BufferSize, rnd: cfg.Rand, retire: cfg.RetireWindows && mode == ModeWindows}
 	if r.rnd == nil {
 		r.rnd = rand.Reader
 	}
 	r.c.Mode = mode
 
-	// The MR of an I/O buffer grants no remote access itself: windows
-	// grant it per segment (and need MW_BIND on the MR, and LOCAL_WRITE
-	// for a REMOTE_WRITE window); in register mode a new MR per segment
-	// does.
-	access := verbs.AccessLocalWrite
-	if mode == ModeWindows {
-		access |= verbs.AccessMWBind
-	}
+	access := r.bufferAccess()
 	for i := range cfg.Buffers {
 		m, err := verbs.Map(cfg.BufferSize)
 		if err != nil {
@@ -313,6 +323,12 @@ func (r *Registry) Close() error {
 		g.state = StateDead
 	}
 	for i, b := range r.buffers {
+		if b.mr == nil { // detached: only the memory is left
+			if err := b.mapping.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("frwr: unmapping I/O buffer %d: %w", i, err))
+			}
+			continue
+		}
 		if err := b.mr.Close(); err != nil {
 			// Never unmap memory the device may still reach.
 			errs = append(errs, fmt.Errorf("frwr: deregistering I/O buffer %d: %w", i, err))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 	"github.com/nfsrdma/nfsrdma/verbs/ibv"
@@ -20,11 +21,20 @@ import (
 
 // A misbehaving server on the real device: the in-process server over
 // verbs/ibv on rxe, each of its misbehaviours against the real client
-// transport. The client fails the one call cleanly or goes on, and no late
-// access lands in its memory. (Send With Invalidate of a foreign rkey is
-// left to the simulated fabric: on this rxe a Send With Invalidate naming
-// an rkey that is no longer valid panics the guest kernel.)
+// transport, with the registration rxe gets by default (per-segment MRs:
+// its windows reach their whole MR) and with memory windows forced (then
+// retired after each use: a Send With Invalidate naming a window already
+// invalid panics this rxe). The client fails the one call cleanly or goes
+// on, no late access lands in its memory, a stale Send With Invalidate
+// does not bring the guest down, and with the default registration no
+// access outside a segment lands.
 func TestXprtMisbehavingServerRXE(t *testing.T) {
+	for _, mode := range []frwr.Mode{frwr.ModeAuto, frwr.ModeWindows} {
+		t.Run(mode.String(), func(t *testing.T) { misbehavingServer(t, mode) })
+	}
+}
+
+func misbehavingServer(t *testing.T, mode frwr.Mode) {
 	fab, err := ibv.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +48,7 @@ func TestXprtMisbehavingServerRXE(t *testing.T) {
 	}
 	defer srv.Close()
 	ctx := ctxT(t, 5*time.Minute)
-	tr, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: srv.Addr(), MaxIO: 256 << 10, IOBuffers: 16, Timeout: 3 * time.Second})
+	tr, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: srv.Addr(), MaxIO: 256 << 10, IOBuffers: 16, Timeout: 3 * time.Second, Registration: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +88,10 @@ func TestXprtMisbehavingServerRXE(t *testing.T) {
 			return errors.As(err, &pe)
 		}},
 		{"late-write", xprttest.Misbehavior{LateWrite: true, LateWriteDelay: 100 * time.Millisecond}, nil},
+		// A foreign invalidation resets the connection; the call is sent
+		// again and succeeds.
+		{"stale-invalidate", xprttest.Misbehavior{StaleInvalidate: true}, nil},
+		{"out-of-bounds-write", xprttest.Misbehavior{OutOfBounds: 64}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := srv.Stats()
@@ -107,13 +121,71 @@ func TestXprtMisbehavingServerRXE(t *testing.T) {
 					t.Fatal("the late write changed the returned data")
 				}
 			}
+			if tc.m.OutOfBounds > 0 {
+				st := srv.Stats()
+				landed := st.OutOfBoundsLanded - before.OutOfBoundsLanded
+				if st.OutOfBoundsTried == before.OutOfBoundsTried {
+					t.Fatalf("no access past the segment was tried: %+v", st)
+				}
+				switch tr.RegistrationMode() {
+				case frwr.ModeRegister:
+					if landed != 0 {
+						t.Fatalf("%d accesses past the segment landed with per-segment MRs", landed)
+					}
+				case frwr.ModeWindows:
+					// rxe's quirk table says windows reach their whole
+					// MR; this keeps it honest.
+					if landed == 0 {
+						t.Fatalf("rxe refused an access past a window: its quirk table (WindowBoundsEnforced false) is out of date")
+					}
+				}
+				if !bytes.Equal(buf, sunrpctest.Pattern(xid, len(buf))) {
+					t.Fatal("the returned data is wrong")
+				}
+			}
+			if tc.m.StaleInvalidate {
+				if st := srv.Stats(); st.StaleInvalidates == before.StaleInvalidates {
+					t.Fatalf("no stale Send With Invalidate was sent: %+v", st)
+				}
+			}
 			// The transport goes on.
 			if err := read(ctxT(t, 60*time.Second), 64<<10, make([]byte, 64<<10)); err != nil {
 				t.Fatalf("READ after %s: %v", tc.name, err)
 			}
 		})
 	}
-	if c := tr.Counters(); c.RefusedTransitions != 0 {
+	// A WRITE whose Read chunk the server reads past its end.
+	t.Run("out-of-bounds-read", func(t *testing.T) {
+		before := srv.Stats()
+		once(xprttest.Misbehavior{OutOfBounds: 64})
+		data := sunrpctest.Pattern(0x51, 96<<10)
+		xid++
+		rep, err := tr.RoundTrip(ctxT(t, 60*time.Second), sunrpctest.WriteRequest(xid, sunrpctest.Control{}, 0, 0x51, data, 0xfeed))
+		if err != nil {
+			t.Fatalf("WRITE: %v", err)
+		}
+		err = sunrpctest.CheckWrite(rep, xid, len(data), 0xfeed)
+		rep.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := srv.Stats()
+		landed := st.OutOfBoundsLanded - before.OutOfBoundsLanded
+		if st.OutOfBoundsTried == before.OutOfBoundsTried {
+			t.Fatalf("no access past the segment was tried: %+v", st)
+		}
+		if tr.RegistrationMode() == frwr.ModeRegister && landed != 0 {
+			t.Fatalf("%d RDMA READs past the Read chunk landed with per-segment MRs", landed)
+		}
+	})
+	c := tr.Counters()
+	if c.RefusedTransitions != 0 {
 		t.Fatalf("refused transitions: %s", c)
+	}
+	if mode == frwr.ModeAuto && tr.RegistrationMode() != frwr.ModeRegister {
+		t.Fatalf("rxe got %v by default, want per-segment registration (its windows reach their whole MR)", tr.RegistrationMode())
+	}
+	if mode == frwr.ModeWindows && c.WindowsRetired == 0 {
+		t.Fatalf("windows not retired on rxe: %s", c)
 	}
 }

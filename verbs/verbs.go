@@ -87,6 +87,18 @@ type DeviceAttr struct {
 	MaxQPRdAtom int
 	MaxMRSize   uint64
 	Caps        DeviceCap
+
+	// Departures from the verbs specification that the layers above must
+	// respect (the binding's quirk table sets them).
+
+	// WindowsUnbounded: a memory window's rkey reaches the whole MR it is
+	// bound on, not only the window's range (rxe on Linux 6.1). A window
+	// cannot confine the peer to a segment on such a device.
+	WindowsUnbounded bool
+	// StaleInvalidatePanics: a Send With Invalidate naming the rkey of a
+	// window that is already invalid crashes the driver (rxe on Linux
+	// 6.1): no window may sit invalid under an rkey the peer has seen.
+	StaleInvalidatePanics bool
 }
 
 // Has reports whether the device has every capability in c.

@@ -36,7 +36,11 @@ type Config struct {
 	// queue exercises the congestion gate.
 	SendQueue int
 	// Registration chooses memory windows or per-I/O registration
-	// (default: windows when the device has type-2 windows).
+	// (default: windows when the device has type-2 windows that confine
+	// the peer to their range; per-I/O registration on a device whose
+	// windows reach their whole MR, as rxe's do). Windows on a device
+	// where a stale Send With Invalidate crashes the driver are replaced
+	// after each use (frwr.Config.RetireWindows).
 	Registration frwr.Mode
 	// Timeout is how long a sent call may wait for its reply before the
 	// connection is reset and the call retransmitted on a new one

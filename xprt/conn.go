@@ -378,7 +378,13 @@ func (c *conn) closeQP() {
 
 // release frees the connection's resources in reverse order. The QP must
 // be drained (or never connected) and the registry's windows settled.
-func (c *conn) release() {
+func (c *conn) release() { c.releaseWith(nil) }
+
+// releaseWith is release with beforeEndpoint run after every object of the
+// connection is gone and before its endpoint (the RDMA CM id) is: the
+// moment a removed device's other objects must go too, because closing the
+// last id on a removed device lets the binding close the device itself.
+func (c *conn) releaseWith(beforeEndpoint func()) {
 	if c.stopPoll != nil {
 		c.stopPoll()
 		c.pollers.Wait()
@@ -404,6 +410,9 @@ func (c *conn) release() {
 	}
 	if c.stopAsync != nil {
 		c.stopAsync() // closes the events: watchAsync returns
+	}
+	if beforeEndpoint != nil {
+		beforeEndpoint()
 	}
 	if c.ep != nil {
 		c.ep.Close() // closes Events: watchEvents returns

@@ -52,6 +52,8 @@ type Counters struct {
 	DeviceRemovals       uint64 `counter:"device_removals"`       // RDMA CM DEVICE_REMOVAL events
 	RefusedTransitions   uint64 `counter:"refused_transitions"`   // call-state transitions refused (bugs; logged)
 	AsyncEvents          uint64 `counter:"async_events"`          // asynchronous device events seen
+	DeviceMoves          uint64 `counter:"device_moves"`          // I/O buffers registered again on another device (after a removal or a route change)
+	WindowsRetired       uint64 `counter:"windows_retired"`       // windows replaced after use (devices where a stale Send With Invalidate crashes the driver)
 }
 
 // String formats the counters as one line of "name value" pairs, the
@@ -74,5 +76,5 @@ type counters struct {
 	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
 	zeroCopyWrites, busyPolls, busyPollHits                                                                 atomic.Uint64
 	abandoned, abandonResets, retransmitResets, budgetWaits, postFailures, foreignInvalidations             atomic.Uint64
-	deviceRemovals, refusedTransitions, asyncEvents                                                         atomic.Uint64
+	deviceRemovals, refusedTransitions, asyncEvents, deviceMoves                                            atomic.Uint64
 }

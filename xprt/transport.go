@@ -125,13 +125,40 @@ func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	return t, nil
 }
 
-// ensureRegistry creates the PD and the registry on the first connection's
-// device; later connections must reach the server through the same device.
+// ensureRegistry readies the registry on the device of a new connection:
+// it creates the PD and the registry on the first connection's device, and
+// moves the registry (re-registering the same buffer memory, so borrowed
+// buffers stay valid) when a later connection reaches the server through
+// another device — after a DEVICE_REMOVAL the registry was already
+// detached from the old device by detachRegistry.
 func (t *Transport) ensureRegistry(dev verbs.Device) error {
-	if t.pd != nil {
-		if dev.Name() != t.devName {
-			return fmt.Errorf("xprt: the route to %s moved from device %s to %s", t.cfg.Addr, t.devName, dev.Name())
+	t.mu.Lock()
+	have, reg := t.devName, t.reg
+	attached := t.pd != nil
+	t.mu.Unlock()
+	if reg != nil && attached && dev.Name() == have {
+		return nil
+	}
+	if reg != nil {
+		if attached {
+			// The route moved while the old device stays: leave it.
+			if err := t.detachRegistry(); err != nil {
+				return fmt.Errorf("xprt: the route to %s moved from device %s to %s: %w", t.cfg.Addr, have, dev.Name(), err)
+			}
 		}
+		pd, err := dev.AllocPD()
+		if err != nil {
+			return err
+		}
+		if err := reg.Attach(pd, dev.Attr()); err != nil {
+			pd.Close()
+			return err
+		}
+		t.mu.Lock()
+		t.pd, t.devName = pd, dev.Name()
+		t.mu.Unlock()
+		t.ctr.deviceMoves.Add(1)
+		t.log.Info("I/O buffers registered on a new device", "device", dev.Name(), "was", have)
 		return nil
 	}
 	pd, err := dev.AllocPD()
@@ -139,16 +166,57 @@ func (t *Transport) ensureRegistry(dev verbs.Device) error {
 		return err
 	}
 	wins := 4 * t.cfg.IOBuffers
-	reg, err := frwr.New(frwr.Config{PD: pd, Attr: dev.Attr(), Mode: t.cfg.Registration, BufferSize: t.bufSize(),
-		Buffers: t.cfg.IOBuffers, Windows: wins})
+	attr := dev.Attr()
+	reg, err = frwr.New(frwr.Config{PD: pd, Attr: attr, Mode: t.cfg.Registration, BufferSize: t.bufSize(),
+		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics})
 	if err != nil {
 		pd.Close()
 		return err
 	}
+	t.mu.Lock()
 	t.pd, t.reg, t.devName = pd, reg, dev.Name()
 	t.budgetCap = need{bufs: t.cfg.IOBuffers, wins: wins}
 	t.budget.free = t.budgetCap
+	t.mu.Unlock()
 	return nil
+}
+
+// releaseDevice lets a removed device go: everything of it is released
+// before a new connection is tried (the kernel cannot remove a device
+// while a process holds it).
+func (t *Transport) releaseDevice() {
+	if err := t.detachRegistry(); err != nil {
+		t.log.Error("releasing the removed device's registrations", "err", err)
+	}
+}
+
+// detachRegistry releases everything the registry holds on its device (its
+// windows and MRs, then the PD), keeping the buffers' memory, once no call
+// holds a registration: called after the connection on that device is torn
+// down, so that the device can go. Calls that were between registering
+// and posting undo their attempt when they see their connection broken;
+// it waits for them, bounded.
+func (t *Transport) detachRegistry() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		t.mu.Lock()
+		reg, pd := t.reg, t.pd
+		if reg == nil || pd == nil {
+			t.mu.Unlock()
+			return nil
+		}
+		err := reg.Detach()
+		if err == nil {
+			t.pd = nil
+			t.mu.Unlock()
+			return pd.Close()
+		}
+		t.mu.Unlock()
+		if !errors.Is(err, frwr.ErrBusy) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (t *Transport) releaseRegistry() {
@@ -175,6 +243,7 @@ func (t *Transport) Counters() Counters {
 		Abandoned: t.ctr.abandoned.Load(), AbandonResets: t.ctr.abandonResets.Load(), RetransmitResets: t.ctr.retransmitResets.Load(),
 		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
 		DeviceRemovals: t.ctr.deviceRemovals.Load(), RefusedTransitions: t.ctr.refusedTransitions.Load(), AsyncEvents: t.ctr.asyncEvents.Load(),
+		DeviceMoves: t.ctr.deviceMoves.Load(),
 	}
 	t.mu.Lock()
 	reg := t.reg
@@ -182,7 +251,7 @@ func (t *Transport) Counters() Counters {
 	if reg != nil {
 		rc := reg.Counters()
 		c.Binds, c.LocalInvalidations, c.RemoteInvalidations = rc.Binds, rc.LocalInvalidations, rc.RemoteInvalidations
-		c.WindowsReplaced, c.Registrations = rc.WindowsReplaced, rc.Registrations
+		c.WindowsReplaced, c.Registrations, c.WindowsRetired = rc.WindowsReplaced, rc.Registrations, rc.WindowsRetired
 	}
 	return c
 }
@@ -306,15 +375,16 @@ func (t *Transport) connLost(c *conn, why error) {
 			}
 			t.mu.Unlock()
 		}()
-		t.teardown(c)
+		t.teardown(c, errors.Is(why, errDeviceGone))
 		if !closed {
 			t.reconnect()
 		}
 	}()
 }
 
-// teardown drains c and settles every call and window it carried.
-func (t *Transport) teardown(c *conn) {
+// teardown drains c and settles every call and window it carried. When
+// its device is gone, everything of the device goes with it.
+func (t *Transport) teardown(c *conn, deviceGone bool) {
 	drained := true
 	if err := c.drain(); err != nil {
 		drained = false
@@ -367,7 +437,11 @@ func (t *Transport) teardown(c *conn) {
 		}
 	}
 	t.mu.Unlock()
-	c.release()
+	if deviceGone {
+		c.releaseWith(t.releaseDevice)
+	} else {
+		c.release()
+	}
 }
 
 // reconnect makes a new connection with exponential backoff.

@@ -155,6 +155,8 @@ func newDevice(f *Fabric, ctx *C.struct_ibv_context, owned bool) (*device, error
 		d.attr.Caps |= verbs.CapMemMgtExtensions
 	}
 	d.quirks = quirksFor(d.attr.Driver)
+	d.attr.WindowsUnbounded = !d.quirks.WindowBoundsEnforced
+	d.attr.StaleInvalidatePanics = d.quirks.StaleInvalidatePanics
 	if owned {
 		f.live.devices.Add(1)
 	}
@@ -683,6 +685,12 @@ type Quirks struct {
 	// DoubleLocalInvPanics: a LOCAL_INV of an already invalid rkey crashes
 	// the kernel driver. Window state must be exact.
 	DoubleLocalInvPanics bool
+	// StaleInvalidatePanics: a Send With Invalidate from the peer naming
+	// the rkey of a window that is already invalid crashes the kernel
+	// driver (rxe_invalidate_mw puts the window's MR, which is gone). The
+	// peer decides that, so windows are replaced as soon as they are
+	// invalid (frwr.Config.RetireWindows).
+	StaleInvalidatePanics bool
 	// KickRecvFlush: a receive posted to a QP already in the error state
 	// never completes (user-space rxe has no receive doorbell; the driver
 	// flushes the receive queue only on entering the error state). The
@@ -696,7 +704,7 @@ var quirkTable = map[string]Quirks{
 	// it reports Send With Invalidate with the kernel's IB_WC_WITH_INVALIDATE
 	// bit (0x4, libibverbs' IBV_WC_IP_CSUM_OK) instead of IBV_WC_WITH_INV.
 	"rxe": {Driver: "rxe", WithInvFlags: C.IBV_WC_WITH_INV | C.IBV_WC_IP_CSUM_OK, WindowBoundsEnforced: false, DoubleLocalInvPanics: true,
-		KickRecvFlush: true},
+		StaleInvalidatePanics: true, KickRecvFlush: true},
 }
 
 func quirksFor(driver string) Quirks {

@@ -403,3 +403,34 @@ int nr_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *
 	ibv_ack_async_event(&ev);
 	return 1;
 }
+
+int nr_cm_dev_index(struct rdma_cm_id *id)
+{
+	if (!id || !id->verbs)
+		return -1;
+	return ibv_get_device_index(id->verbs->device);
+}
+
+int nr_dev_index_listed(int idx)
+{
+	int n, i, found = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+
+	if (!l)
+		return 1; /* cannot tell: keep trying */
+	for (i = 0; i < n; i++)
+		if (ibv_get_device_index(l[i]) == idx)
+			found = 1;
+	ibv_free_device_list(l);
+	return found;
+}
+
+/* librdmacm keeps a device's context open until it syncs its device list
+ * and finds the device gone with no id on it; listing its devices syncs. */
+void nr_sync_cm_devices(void)
+{
+	struct ibv_context **l = rdma_get_devices(NULL);
+
+	if (l)
+		rdma_free_devices(l);
+}

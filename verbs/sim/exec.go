@@ -192,7 +192,7 @@ func (f *Fabric) deliverLocked(q *QP, data []byte, inv bool, invRKey uint32) res
 	if inv {
 		w := f.validWindowLocked(invRKey)
 		if w == nil || w.qp != p {
-			if w == nil {
+			if w == nil && f.invalidWindowLocked(invRKey) {
 				f.doubleInvalidationLocked("SEND_WITH_INV", invRKey)
 			}
 			return recvFail(verbs.StatusRemInvReqErr, verbs.StatusRemInvReqErr)
@@ -224,6 +224,15 @@ func (f *Fabric) validWindowLocked(rkey uint32) *MW {
 		return nil
 	}
 	return w
+}
+
+// invalidWindowLocked reports whether rkey names an open window, with that
+// very key, that is not valid: what rxe does not survive being invalidated
+// again by a peer. An rkey naming no window (a closed one, or another key
+// on its index) is only an error completion there.
+func (f *Fabric) invalidWindowLocked(rkey uint32) bool {
+	w, ok := f.keys[rkey>>8].(*MW)
+	return ok && !w.closed && !w.valid && w.hwKey == rkey
 }
 
 func (f *Fabric) doubleInvalidationLocked(verb string, rkey uint32) {

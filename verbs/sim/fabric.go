@@ -84,8 +84,9 @@ const (
 // Anomalies counts what real hardware or drivers punish later, so tests can
 // assert that none happened (compare with the zero value).
 type Anomalies struct {
-	// DoubleInvalidations counts LOCAL_INV and SEND_WITH_INV of an rkey
-	// that was not a currently valid window. On rxe this panics the kernel.
+	// DoubleInvalidations counts LOCAL_INV of an rkey that was not a
+	// currently valid window, and SEND_WITH_INV of the rkey of an open
+	// window that is already invalid. On rxe these panic the kernel.
 	DoubleInvalidations int
 	// QPClosedWithBoundWindows counts windows still bound to a QP when it
 	// was closed (rxe logs a kernel warning; close windows first).
@@ -233,6 +234,14 @@ func (f *Fabric) Anomalies() Anomalies {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.anomalies
+}
+
+// ResetAnomalies zeroes the anomaly counts, for a test that caused one on
+// purpose and checks for none afterwards.
+func (f *Fabric) ResetAnomalies() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.anomalies = Anomalies{}
 }
 
 // DoubleInvalidations is Anomalies().DoubleInvalidations: invalidations of

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
@@ -442,12 +443,16 @@ func (c *conn) reply(call *rpcrdma.Header, ci CallInfo, vers uint32, rep []byte,
 		st.unknownXID.Add(1)
 	}
 	realReply := !m.UnknownXID || m.ThenReply
+	keys := distinctRKeys(call)
 	if realReply {
 		send := verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{buf.sge(sendOff, len(msg))}}
-		keys := distinctRKeys(call)
 		if (c.remoteInv || m.SendWithInvUnasked) && len(keys) == 1 && m.TruncateHeader == 0 {
 			send.Opcode, send.InvalidateRKey = verbs.OpSendWithInv, keys[0]
 			st.sendWithInv.Add(1)
+		}
+		if stale := c.lastRKey.Load(); m.StaleInvalidate && stale != 0 && !slices.Contains(keys, stale) {
+			send.Opcode, send.InvalidateRKey = verbs.OpSendWithInv, stale
+			st.staleInv.Add(1)
 		}
 		wrs = append(wrs, send)
 		// A reply the client cannot decode does not return the call's
@@ -462,6 +467,12 @@ func (c *conn) reply(call *rpcrdma.Header, ci CallInfo, vers uint32, rep []byte,
 	}
 	st.writeBytes.Add(uint64(payloadLen))
 	st.replyBytes.Add(uint64(replyLen))
+	if m.OutOfBounds > 0 && !c.outOfBounds(call, m.OutOfBounds) {
+		return
+	}
+	if len(keys) > 0 {
+		c.lastRKey.Store(keys[0])
+	}
 	if err := c.postAndWait(wrs); err != nil {
 		c.fail(fmt.Errorf("xprttest: sending the reply to xid %#08x: %w", call.XID, err))
 		return
@@ -526,6 +537,58 @@ func (c *conn) lateWrite(call *rpcrdma.Header, delay time.Duration) {
 		st.lateFailed.Add(1)
 		c.log.Info("late RDMA WRITE failed as it should", "rkey", fmt.Sprintf("%#x", seg.Handle), "status", wc.Status)
 		c.fail(&verbs.CompletionError{Completion: wc, Opcode: verbs.OpRDMAWrite})
+	}
+}
+
+// outOfBounds accesses n bytes just past the end of the call's first chunk
+// segment through its rkey: an RDMA READ past a Read chunk segment, an RDMA
+// WRITE past a Write or Reply chunk segment. It reports whether the
+// connection is still usable (the access was refused only if it is not).
+func (c *conn) outOfBounds(call *rpcrdma.Header, n int) bool {
+	var seg rpcrdma.Segment
+	op := verbs.OpRDMAWrite
+	switch {
+	case len(call.Reads) > 0:
+		seg, op = call.Reads[0].Segment, verbs.OpRDMARead
+	case len(call.Writes) > 0 && len(call.Writes[0]) > 0:
+		seg = call.Writes[0][0]
+	case len(call.Reply) > 0:
+		seg = call.Reply[0]
+	default:
+		return true
+	}
+	buf, err := newScratch(c.pd, n)
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	defer buf.close()
+	for i := range buf.bytes {
+		buf.bytes[i] = LateWriteByte
+	}
+	st := &c.s.st
+	st.oobTried.Add(1)
+	ch, posted, err := c.post([]verbs.SendWR{{Opcode: op, SGL: []verbs.SGE{buf.sge(0, n)},
+		RemoteAddr: seg.Offset + uint64(seg.Length), RKey: seg.Handle}})
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	wcs, _ := c.complete(ch, posted)
+	if len(wcs) == 0 {
+		return false
+	}
+	switch wc := wcs[0]; wc.Status {
+	case verbs.StatusSuccess:
+		st.oobLanded.Add(1)
+		c.log.Warn("an access past the segment landed", "op", op, "rkey", fmt.Sprintf("%#x", seg.Handle))
+		return true
+	case verbs.StatusWRFlushErr:
+		return false
+	default:
+		c.log.Info("an access past the segment failed as it should", "op", op, "status", wc.Status)
+		c.fail(&verbs.CompletionError{Completion: wc, Opcode: op})
+		return false
 	}
 }
 

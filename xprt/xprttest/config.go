@@ -190,6 +190,21 @@ type Misbehavior struct {
 	LateWrite      bool
 	LateWriteDelay time.Duration
 
+	// StaleInvalidate sends the reply with Send With Invalidate naming an
+	// rkey of an earlier call on this connection, one the client has
+	// finished with (run the calls one at a time so that it has): a peer
+	// that remembers rkeys. The client must reset the connection (a
+	// foreign invalidation) and its device must survive it. Counted in
+	// Stats.StaleInvalidates.
+	StaleInvalidate bool
+	// OutOfBounds, when > 0, accesses this many bytes just past the end of
+	// the call's first chunk segment through the segment's own rkey
+	// before replying: an RDMA WRITE past a Write or Reply chunk segment,
+	// an RDMA READ past a Read chunk segment. The client's device must
+	// refuse it (the connection breaks). Stats.OutOfBounds* count the
+	// outcomes.
+	OutOfBounds int
+
 	// DisconnectAfter, when > 0, makes every connection disconnect when it
 	// receives its (DisconnectAfter+1)-th call, instead of serving it. It
 	// applies to all connections whatever OnCall and Select say.

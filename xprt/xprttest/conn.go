@@ -36,6 +36,9 @@ type conn struct {
 	outstanding atomic.Int64
 	replied     atomic.Bool
 	callSeq     atomic.Uint64
+	// lastRKey is the first rkey of the last call answered: stale for
+	// the next ones (Misbehavior.StaleInvalidate).
+	lastRKey atomic.Uint32
 
 	gate sendGate
 

@@ -52,6 +52,9 @@ type Stats struct {
 	LateWrites        uint64 // late RDMA WRITEs attempted
 	LateWritesFailed  uint64 // ... that failed at the device (the rkey was invalid: correct)
 	LateWritesLanded  uint64 // ... that succeeded (the rkey was still valid: a client bug)
+	StaleInvalidates  uint64 // replies sent with Send With Invalidate of an earlier call's rkey
+	OutOfBoundsTried  uint64 // accesses past a segment's end through its rkey
+	OutOfBoundsLanded uint64 // ... that succeeded (the device let the peer outside the segment)
 }
 
 // stats are the live counters behind Stats.
@@ -63,6 +66,7 @@ type stats struct {
 	replyChunkReplies, sendWithInv               atomic.Uint64
 	maxOutstanding, overCredit                   atomic.Uint64
 	unknownXID, lateWrites, lateFailed, lateLand atomic.Uint64
+	staleInv, oobTried, oobLanded                atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
@@ -75,6 +79,7 @@ func (s *stats) snapshot() Stats {
 		SendWithInv: s.sendWithInv.Load(), MaxOutstanding: s.maxOutstanding.Load(),
 		OverCredit: s.overCredit.Load(), UnknownXIDReplies: s.unknownXID.Load(),
 		LateWrites: s.lateWrites.Load(), LateWritesFailed: s.lateFailed.Load(), LateWritesLanded: s.lateLand.Load(),
+		StaleInvalidates: s.staleInv.Load(), OutOfBoundsTried: s.oobTried.Load(), OutOfBoundsLanded: s.oobLanded.Load(),
 	}
 }
 

@@ -1,0 +1,178 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/xprt"
+)
+
+// restoreRXE puts the bed's rxe0 back (on dummy0) and makes sure knfsd
+// listens for RDMA, whatever state a device test left.
+func restoreRXE(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/sys/class/infiniband/rxe0"); err != nil {
+		if out, err := exec.Command("rdma", "link", "add", "rxe0", "type", "rxe", "netdev", "dummy0").CombinedOutput(); err != nil {
+			t.Errorf("rdma link add rxe0: %v\n%s", err, out)
+			return
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, _ := os.ReadFile("/sys/class/infiniband/rxe0/ports/1/state")
+		if strings.Contains(string(st), "ACTIVE") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("rxe0 port not active after re-adding it: %q", st)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if pl, _ := os.ReadFile("/proc/fs/nfsd/portlist"); !strings.Contains(string(pl), "rdma 20049") {
+		if err := os.WriteFile("/proc/fs/nfsd/portlist", []byte("rdma 20049\n"), 0); err != nil {
+			t.Errorf("re-adding knfsd's RDMA listener: %v", err)
+		}
+	}
+}
+
+// TestXprtDeviceRemovalRXE: `rdma link delete rxe0` while a verified READ
+// and WRITE stream runs over it, then `rdma link add`. The client handles
+// RDMA CM DEVICE_REMOVAL by releasing everything of the device (the
+// delete, which waits for every user of the device, returns), reconnects
+// through the new rxe0 with the same buffer memory registered there, and
+// the stream goes on: every byte written is on the server and every byte
+// read is right.
+func TestXprtDeviceRemovalRXE(t *testing.T) {
+	t.Cleanup(func() { restoreRXE(t) })
+	n := dialRDMA(t, xprt.Config{MaxReconnectDelay: 500 * time.Millisecond})
+	ctx := ctxT(t, 4*time.Minute)
+	src := serverFile(t, "devrm-src", 4<<20)
+	lr, err := n.c.Lookup(ctx, n.root, "devrm-src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := n.c.Create(ctx, n.root, "devrm-dst", nfs3.CreateHow{Mode: nfs3.Unchecked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(exportDir + "/devrm-dst") })
+	dst := make([]byte, 4<<20)
+
+	var stop atomic.Bool
+	var reads, writes atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	const chunk = 256 << 10
+	wg.Add(2)
+	go func() { // READs, checked
+		defer wg.Done()
+		buf := make([]byte, chunk)
+		for i := 0; !stop.Load(); i++ {
+			off := (i % (len(src) / chunk)) * chunk
+			rr, err := n.c.Read(ctx, lr.FH, uint64(off), buf)
+			if err != nil {
+				errc <- fmt.Errorf("READ at %d: %w", off, err)
+				return
+			}
+			if rr.Count != chunk || !bytes.Equal(buf, src[off:off+chunk]) {
+				errc <- fmt.Errorf("READ at %d: %d bytes, wrong data", off, rr.Count)
+				return
+			}
+			reads.Add(1)
+		}
+	}()
+	go func() { // WRITEs (FILE_SYNC), every chunk rewritten with new bytes
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			off := (i % (len(dst) / chunk)) * chunk
+			p := dst[off : off+chunk]
+			for j := range p {
+				p[j] = byte(i + j*13)
+			}
+			if _, err := n.c.Write(ctx, cr.FH, uint64(off), p, nfs3.FileSync); err != nil {
+				errc <- fmt.Errorf("WRITE at %d: %w", off, err)
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	waitCount := func(what string, c *atomic.Int64, more int64) {
+		t.Helper()
+		want := c.Load() + more
+		deadline := time.Now().Add(90 * time.Second)
+		for c.Load() < want {
+			select {
+			case err := <-errc:
+				t.Fatal(err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s stalled at %d (want %d): %s", what, c.Load(), want, n.tr.Counters())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitCount("READs", &reads, 5)
+	waitCount("WRITEs", &writes, 5)
+
+	start := time.Now()
+	del := exec.Command("rdma", "link", "delete", "rxe0")
+	done := make(chan error, 1)
+	var out []byte
+	go func() {
+		var err error
+		out, err = del.CombinedOutput()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("rdma link delete rxe0: %v\n%s", err, out)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("rdma link delete rxe0 still waits after 60 s: something holds the device (%s)", n.tr.Counters())
+	}
+	deleted := time.Since(start)
+	if c := n.tr.Counters(); c.DeviceRemovals == 0 {
+		t.Fatalf("no DEVICE_REMOVAL seen: %s", c)
+	}
+	time.Sleep(time.Second) // the device is absent for a while
+	restoreRXE(t)
+	readded := time.Now()
+	waitCount("READs after the new device", &reads, 5)
+	waitCount("WRITEs after the new device", &writes, 5)
+	recovered := time.Since(readded)
+	stop.Store(true)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		t.Fatal(err)
+	default:
+	}
+	got, err := os.ReadFile(exportDir + "/devrm-dst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, dst) {
+		t.Fatal("the file on the server differs from what was written")
+	}
+	c := n.tr.Counters()
+	if c.DeviceMoves != 1 || c.Reconnects == 0 {
+		t.Fatalf("counters: %s", c)
+	}
+	t.Logf("device deleted in %v with the client connected; I/O going again %v after rxe0 came back; %d READs and %d WRITEs of %d KiB verified",
+		deleted.Round(time.Millisecond), recovered.Round(time.Millisecond), reads.Load(), writes.Load(), chunk>>10)
+	_ = context.Background
+}

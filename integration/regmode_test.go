@@ -1,0 +1,65 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/frwr"
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/xprt"
+)
+
+// TestXprtRegistrationModesRXE moves the same data in each registration
+// mode on rxe and prints what each costs.
+func TestXprtRegistrationModesRXE(t *testing.T) {
+	data := serverFile(t, "modes-8MiB", 8<<20)
+	for _, m := range []frwr.Mode{frwr.ModeWindows, frwr.ModeRegister} {
+		t.Run(m.String(), func(t *testing.T) {
+			n := dialRDMA(t, xprt.Config{Registration: m})
+			ctx := ctxT(t, 120*time.Second)
+			lr, err := n.c.Lookup(ctx, n.root, "modes-8MiB")
+			if err != nil {
+				t.Fatal(err)
+			}
+			small := make([]byte, 4096)
+			start := time.Now()
+			const nSmall = 400
+			for range nSmall {
+				off := uint64(rand.IntN(2048)) * 4096
+				rr, err := n.c.Read(ctx, lr.FH, off, small)
+				if err != nil || !bytes.Equal(small[:rr.Count], data[off:off+4096]) {
+					t.Fatalf("READ 4 KiB at %d: %v", off, err)
+				}
+			}
+			d4 := time.Since(start) / nSmall
+			big := make([]byte, 1<<20)
+			start = time.Now()
+			const nBig = 24
+			for i := range nBig {
+				off := uint64(i%8) << 20
+				rr, err := n.c.Read(ctx, lr.FH, off, big)
+				if err != nil || !bytes.Equal(big[:rr.Count], data[off:off+1<<20]) {
+					t.Fatalf("READ 1 MiB at %d: %v", off, err)
+				}
+			}
+			dr := time.Since(start) / nBig
+			cr, err := n.c.Create(ctx, n.root, "modes-w-"+m.String(), nfs3.CreateHow{Mode: nfs3.Unchecked})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start = time.Now()
+			for i := range nBig {
+				if _, err := n.c.Write(ctx, cr.FH, uint64(i%8)<<20, data[(i%8)<<20:(i%8+1)<<20], nfs3.Unstable); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dw := time.Since(start) / nBig
+			t.Logf("mode %v: READ 4 KiB %v, READ 1 MiB %v (%.0f MiB/s), WRITE 1 MiB %v (%.0f MiB/s); %s", n.tr.RegistrationMode(),
+				d4, dr, float64(1<<20)/dr.Seconds()/(1<<20), dw, float64(1<<20)/dw.Seconds()/(1<<20), n.tr.Counters())
+		})
+	}
+}
