@@ -440,6 +440,7 @@ func TestPosixCompare(t *testing.T) {
 	cases := posixCases()
 	differs := map[string]bool{}
 	var diffs, known int
+	seen := map[string]int{} // outcomes of the kernel's mount
 	started := time.Now()
 	for i, c := range cases {
 		sub := fmt.Sprintf("c%03d", i)
@@ -447,6 +448,14 @@ func TestPosixCompare(t *testing.T) {
 		o := pcRun(c, filepath.Join(exportDir, top, "o", sub), filepath.Join(ours, top, "o", sub))
 		if strings.HasPrefix(k, "setup:") || strings.HasPrefix(o, "setup:") || strings.Contains(k, "credential:") {
 			t.Fatalf("%s: kernel %s; ours %s", c.name, k, o)
+		}
+		for _, e := range []string{"result: ok", "EACCES", "EPERM", "ENAMETOOLONG"} {
+			if strings.Contains(k, e) {
+				seen[e]++
+			}
+		}
+		if c.name == "create/d0777/root" && !strings.Contains(k, "n server: 0100640 65534:65534") {
+			t.Errorf("root's file on the kernel's mount is not nobody's (root_squash):\n%s", k)
 		}
 		if k == o {
 			continue
@@ -466,6 +475,14 @@ func TestPosixCompare(t *testing.T) {
 		diffs++
 		t.Errorf("%s (%s) differs:\nkernel:\n%sours:\n%s", c.name, sub, k, o)
 	}
+	// The cases mean something only if the kernel's mount both allows and
+	// refuses, for each reason.
+	for _, e := range []string{"result: ok", "EACCES", "EPERM", "ENAMETOOLONG"} {
+		if seen[e] < 5 {
+			t.Errorf("only %d cases gave %q on the kernel's mount: %v", seen[e], e, seen)
+		}
+	}
+	t.Logf("the kernel's mount: %v", seen)
 	for pat := range posixKnownDiffs {
 		if !slices.ContainsFunc(slices.Collect(maps.Keys(differs)), func(n string) bool { ok, _ := path.Match(pat, n); return ok }) {
 			t.Errorf("known difference %q no longer differs: remove it from posixKnownDiffs", pat)
