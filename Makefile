@@ -2,6 +2,8 @@
 #   make test    unit tests with -race, then the integration suite in the test-bed guest
 #   make check   unit tests only: needs neither qemu nor root once the cgo
 #                headers (libibverbs-dev, librdmacm-dev) are there
+#   make soak    the fault suite with the 10-minute chaos soak (SOAK=10m);
+#                its table goes to results/faults.md
 #   make demo    the main job: mount knfsd's export over RDMA in the bed and use it
 #   make install nfsrdma-mount, its mount(8) helper links and man page
 #                (PREFIX=/usr/local, SBINDIR=/sbin, DESTDIR honoured)
@@ -12,7 +14,7 @@ GUEST_TIMEOUT ?= 50m
 # The suite times out first, so that a hang ends with its goroutines.
 SUITE_TIMEOUT ?= 40m
 
-.PHONY: all deps cgo-deps check test integration bench bench-baseline demo shell install uninstall clean FORCE
+.PHONY: all deps cgo-deps check test integration soak bench bench-baseline demo shell install uninstall clean FORCE
 
 all: check
 
@@ -61,6 +63,17 @@ integration: deps $(TESTBED) $(BUILD)/integration.test $(BUILD)/nfsrdma-mount
 		./$(BUILD)/integration.test -test.v -test.count=1 -test.timeout $(SUITE_TIMEOUT)
 
 test: check integration
+
+# The fault suite alone (integration's TestFaults*) with the long chaos
+# soak; the guest writes its table to $(BUILD)/faults.md (the repository is
+# /share in the guest), copied to results/faults.md when the run passes.
+SOAK ?= 10m
+soak: deps $(TESTBED) $(BUILD)/integration.test $(BUILD)/nfsrdma-mount
+	$(TESTBED) build
+	rm -f $(BUILD)/faults.md
+	$(TESTBED) run -timeout $(GUEST_TIMEOUT) -env NFSRDMA_MOUNT=/share/$(BUILD)/nfsrdma-mount -env NFSRDMA_SOAK=$(SOAK) -- \
+		./$(BUILD)/integration.test -test.v -test.count=1 -test.timeout $(SUITE_TIMEOUT) -test.run '^TestFaults'
+	cp $(BUILD)/faults.md results/faults.md
 
 bench: deps $(TESTBED)
 	$(TESTBED) bench

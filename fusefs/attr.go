@@ -121,9 +121,10 @@ func fillAttr(out *fuse.Attr, a *nfs3.Attr) {
 }
 
 // toErrno maps an error of the NFS client to the errno the kernel passes on:
-// an NFS status its own errno (nfs3.Status.Errno), a soft timeout ETIMEDOUT,
-// a closed transport (the mount going away) ENOTCONN, anything else (the
-// transport failed, the reply was malformed) EIO.
+// an NFS status its own errno (nfs3.Status.Errno), a soft mount's timeout
+// EIO (as nfs(5) and the Linux client give it: ETIMEDOUT is only for
+// softerr), a closed transport (the mount going away) ENOTCONN, anything
+// else (the transport failed, the reply was malformed) EIO.
 func toErrno(err error) syscall.Errno {
 	if err == nil {
 		return 0
@@ -135,7 +136,7 @@ func toErrno(err error) syscall.Errno {
 	var te *sunrpc.TimeoutError
 	switch {
 	case errors.As(err, &te), errors.Is(err, context.DeadlineExceeded):
-		return syscall.ETIMEDOUT
+		return syscall.EIO
 	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
 	case errors.Is(err, sunrpc.ErrClosed):

@@ -85,8 +85,8 @@ func TestToErrno(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", nfs3.ErrNotEmpty), syscall.ENOTEMPTY},
 		{nfs3.ErrStale, syscall.ESTALE},
 		{nfs3.ErrJukebox, syscall.EAGAIN},
-		{&sunrpc.TimeoutError{Tries: 3}, syscall.ETIMEDOUT},
-		{&sunrpc.CallError{Err: context.DeadlineExceeded}, syscall.ETIMEDOUT},
+		{&sunrpc.TimeoutError{Tries: 3}, syscall.EIO}, // soft: EIO, as nfs(5) says
+		{&sunrpc.CallError{Err: context.DeadlineExceeded}, syscall.EIO},
 		{context.Canceled, syscall.EINTR},
 		{fmt.Errorf("x: %w", sunrpc.ErrClosed), syscall.ENOTCONN},
 		{errors.New("connection reset"), syscall.EIO},

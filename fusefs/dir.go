@@ -61,7 +61,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		r, err = n.fsys.c.Create(ctx, dir, name, how)
 		return err
 	})
-	n.setWcc(&r.DirWcc)
+	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
@@ -89,11 +89,18 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		r, err = n.fsys.c.Mkdir(ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
 		return err
 	})
-	return n.finishCreate(ctx, name, &r, err, out)
+	in, errno := n.finishCreate(ctx, name, &r, err, out)
+	if errno == 0 && r.FH != nil && r.Attr != nil {
+		// Made just now: empty.
+		if c, ok := in.Operations().(*node); ok {
+			c.startNames()
+		}
+	}
+	return in, errno
 }
 
 func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResult, err error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	n.setWcc(&r.DirWcc)
+	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
 	if err != nil {
 		return nil, toErrno(err)
 	}
@@ -187,7 +194,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 			return err
 		})
 	})
-	n.setWcc(&r.DirWcc)
+	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
 	if r.Attr != nil {
 		t.setAttr(r.Attr)
 	} else {
@@ -266,12 +273,13 @@ func (n *node) sillyRename(ctx context.Context, c *node, name string) error {
 		r, err = n.fsys.c.Rename(ctx, dir, name, dir, silly)
 		return err
 	})
-	n.setWcc(&r.ToDirWcc)
+	n.dirChanged(&r.FromDirWcc, err == nil, nameChange{remove: name}, nameChange{add: silly})
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	c.silly = &sillyName{dir: n, name: silly}
+	n.fsys.events.add(evSillyRename)
 	c.attrs.invalidate()
 	c.mu.Unlock()
 	n.fsys.log.Debug("silly rename", "name", name, "to", silly)
@@ -298,7 +306,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		w, err = n.fsys.c.Remove(ctx, dir, name)
 		return err
 	})
-	n.setWcc(&w)
+	n.dirChanged(&w, err == nil, nameChange{remove: name})
 	if in := n.GetChild(name); in != nil {
 		if c, ok := in.Operations().(*node); ok {
 			c.invalidateAttr() // nlink and ctime changed
@@ -323,7 +331,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		w, err = n.fsys.c.Rmdir(ctx, dir, name)
 		return err
 	})
-	n.setWcc(&w)
+	n.dirChanged(&w, err == nil, nameChange{remove: name})
 	return toErrno(err)
 }
 
@@ -363,8 +371,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return err
 		})
 	})
-	n.setWcc(&r.FromDirWcc)
-	to.setWcc(&r.ToDirWcc)
+	if to == n {
+		// Both wcc_data are of this directory; the first one's before
+		// is its state before the rename.
+		n.dirChanged(&r.FromDirWcc, err == nil, nameChange{remove: name}, nameChange{add: newName})
+	} else {
+		n.dirChanged(&r.FromDirWcc, err == nil, nameChange{remove: name})
+		to.dirChanged(&r.ToDirWcc, err == nil, nameChange{add: newName})
+	}
 	for _, in := range []*fs.Inode{n.GetChild(name), to.GetChild(newName)} {
 		if in == nil {
 			continue
@@ -399,6 +413,7 @@ type dirHandle struct {
 	next nfs3.Cookie // where the next page starts
 	skip int         // entries still to pass over after a seek (see Seekdir)
 	last *nfs3.DirEntryPlus
+	at   time.Time // when page came
 
 	// A server that repeats cookies would make the listing endless (and
 	// seen grow without bound): every entry's cookie and every cookie
@@ -497,7 +512,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	if len(r.Entries) == 0 && !r.EOF {
 		return syscall.EIO // a page that does not advance
 	}
-	d.page, d.pos, d.eof, d.verf = r.Entries, 0, r.EOF, r.Verf
+	d.page, d.pos, d.eof, d.verf, d.at = r.Entries, 0, r.EOF, r.Verf, d.n.fsys.now()
 	d.n.putPlus(r.Entries)
 	return 0
 }
@@ -535,7 +550,12 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		return d.n.Lookup(ctx, name, out)
 	}
 	d.n.dropPlus(name)
-	c, _ := d.n.child(ctx, name, e.FH, e.Attr)
+	c, unchanged := d.n.child(ctx, name, e.FH, e.Attr)
+	// An open soon after takes these attributes as its revalidation, as
+	// it would a LOOKUP's (see Open).
+	c.mu.Lock()
+	c.lookupAt, c.lookupKeep = d.at, unchanged
+	c.mu.Unlock()
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
 }

@@ -28,6 +28,7 @@ type openFile struct {
 	wctx   context.Context
 	ctx    context.Context
 	cancel context.CancelFunc
+	locks  fileLocks // flock owners (lock.go)
 }
 
 var (
@@ -63,6 +64,18 @@ const lookupFresh = time.Second
 // revalidates the file; the kernel keeps its cached pages only if the file
 // did not change since, else its cached attributes are dropped as well.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fuseFlags, errno := n.open(ctx, flags)
+	if errno == 0 && flags&syscall.O_ACCMODE == syscall.O_RDONLY && n.fsys.noFlushReads.Load() {
+		// Closing a file opened for reading has nothing to write or
+		// commit: the kernel sends no FLUSH (one request less per file
+		// read). Not when locks are forwarded: FLUSH releases the
+		// closing process's locks.
+		fuseFlags |= fuse.FOPEN_NOFLUSH
+	}
+	return fh, fuseFlags, errno
+}
+
+func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
@@ -86,8 +99,33 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			fuseFlags = fuse.FOPEN_KEEP_CACHE
 		} else {
 			n.dataGen.Add(1)
+			n.fsys.events.add(evDataInvalidate)
 		}
 		return n.newOpenFile(ctx, flags), fuseFlags, 0
+	}
+	if n.fsys.opts.NoCTO {
+		// nocto: no revalidation of its own. While the cached attributes
+		// are trusted the cached data is kept, unless attributes seen
+		// since the last open showed the file changed.
+		n.mu.Lock()
+		_, fresh := n.attrs.fresh(n.fsys.now())
+		typ, stale := n.attrs.attr.Type, n.staleData
+		if fresh {
+			n.staleData = false
+		}
+		n.mu.Unlock()
+		if fresh {
+			if typ != nfs3.TypeReg {
+				return nil, 0, syscall.EINVAL
+			}
+			var fuseFlags uint32 = fuse.FOPEN_KEEP_CACHE
+			if stale {
+				fuseFlags = 0
+				n.dataGen.Add(1)
+				n.fsys.events.add(evDataInvalidate)
+			}
+			return n.newOpenFile(ctx, flags), fuseFlags, 0
+		}
 	}
 	var a nfs3.Attr
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
@@ -102,6 +140,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, toErrno(err)
 	}
 	changed := n.setAttr(&a)
+	n.mu.Lock()
+	if n.fsys.opts.NoCTO {
+		changed = changed || n.staleData
+	}
+	n.staleData = false
+	n.mu.Unlock()
 	if a.Type != nfs3.TypeReg {
 		return nil, 0, syscall.EINVAL
 	}
@@ -110,6 +154,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		fuseFlags = fuse.FOPEN_KEEP_CACHE
 	} else if changed {
 		n.dataGen.Add(1)
+		n.fsys.events.add(evDataInvalidate)
 		// The page cache goes (no KEEP_CACHE); the kernel's size and times
 		// must go too, or it would read up to the old size only.
 		if errno := n.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOSYS {
@@ -217,7 +262,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		return err
 	}
 	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize {
-		n.pend = append(n.pend, data...)
+		n.pend = appendPend(n.pend, data, wsize)
 		n.wrEnd = max(n.wrEnd, end)
 		if len(n.pend) < wsize {
 			n.mu.Unlock()
@@ -242,7 +287,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		n.mu.Unlock()
 		return n.writeBehind(ctx, slices.Clone(data), off, false)
 	}
-	n.pend = append(make([]byte, 0, wsize), data...)
+	n.pend = appendPend(nil, data, wsize)
 	n.pendOff, n.pendCtx = off, ctx
 	// Counted as a WRITE in flight: the size shown covers it.
 	n.wrInflight++
@@ -252,6 +297,24 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 	n.mu.Unlock()
 	time.AfterFunc(pendDelay, func() { n.flushPend(gen) })
 	return nil
+}
+
+// appendPend appends data to the gathered writes pend, growing it by
+// doubling up to wsize: a small file's few writes take a buffer of their
+// size, not wsize (a fresh megabyte for each small file costs its page
+// faults, and its zeroing, where CPU is scarce).
+func appendPend(pend, data []byte, wsize int) []byte {
+	need := len(pend) + len(data)
+	if need > cap(pend) {
+		c := max(2*cap(pend), need, 4096)
+		if need <= wsize {
+			c = min(c, wsize)
+		}
+		grown := make([]byte, len(pend), c)
+		copy(grown, pend)
+		pend = grown
+	}
+	return append(pend, data...)
 }
 
 // takePendLocked takes the gathered writes; n.mu is held. The caller sends
@@ -505,6 +568,7 @@ func (n *node) requeue(ws []dirtyWrite) {
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
 // (close-to-open), and reports their failure.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
+	f.flushLocks(ctx)
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	return toErrno(f.n.commitDirty(ctx))
@@ -534,6 +598,7 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	n.mu.Unlock()
+	f.releaseLocks(last)
 	if !last {
 		return 0
 	}
@@ -546,7 +611,7 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 			w, err = n.fsys.c.Remove(ctx, dir, silly.name)
 			return err
 		})
-		silly.dir.setWcc(&w)
+		silly.dir.dirChanged(&w, err == nil, nameChange{remove: silly.name})
 		n.invalidateAttr()
 		if err != nil && !errors.Is(err, nfs3.ErrNoEnt) {
 			n.fsys.log.Warn("removing silly-renamed file", "name", silly.name, "err", err)

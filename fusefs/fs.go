@@ -52,9 +52,11 @@
 //   - A directory listing whose cookies repeat (a looping server) fails
 //     with EIO instead of running forever; a listing holds at most
 //     MaxDirEntries entries.
+//   - Locks: with Options.Locker, POSIX and flock locks are taken on the
+//     server with NLM (see lock.go), else they stay local to this machine
+//     (nfs(5) nolock).
 //   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
-//     attributes, no fallocate and no locking here (locks stay local to this
-//     mount, as with nfs(5) nolock).
+//     attributes and no fallocate.
 package fusefs
 
 import (
@@ -95,7 +97,13 @@ type FS struct {
 	nameMax uint32 // PATHCONF name_max
 
 	sillyCount atomic.Uint64
-	now        func() time.Time
+	events     eventCounters
+	// noFlushReads: files opened for reading are closed without FLUSH
+	// (set by MountWith when the kernel keeps the locks itself).
+	noFlushReads atomic.Bool
+
+	watches watchList // requests in flight, for interrupts (callCtx)
+	now     func() time.Time
 }
 
 // New returns the file system of the export whose root handle is root,
@@ -232,6 +240,7 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 	if mo.DirectMountFlags == 0 {
 		mo.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
 	}
+	f.lockCapabilities(&mo)
 	if f.opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 		mo.DirectMountFlags |= syscall.MS_RDONLY
@@ -239,11 +248,9 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 	// A name found missing is cached as a negative entry for as long as
 	// its directory's attributes are trusted (the kernel client
 	// revalidates a negative entry with its directory): Lookup sets the
-	// timeout per reply; this makes go-fuse pass it on.
-	var negative time.Duration
+	// timeout per reply, and the raw file system (NewRawFS) passes it on.
 	return &fs.Options{
-		NegativeTimeout: &negative,
-		MountOptions:    mo,
+		MountOptions: mo,
 		RootStableAttr: &fs.StableAttr{
 			Ino: ino(f.root.attrs.attr.FileID),
 			Gen: generation(f.root.handle()),
@@ -255,7 +262,22 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 // Mount mounts f at dir and serves it until the returned server is
 // unmounted (Server.Unmount, or umount(8) and Server.Wait).
 func Mount(dir string, f *FS, mc MountConfig) (*fuse.Server, error) {
-	return fs.Mount(dir, f.root, f.FUSEOptions(mc))
+	return MountWith(dir, f, f.FUSEOptions(mc))
+}
+
+// MountWith mounts f at dir with the go-fuse options fo (FUSEOptions,
+// perhaps amended) and serves it.
+func MountWith(dir string, f *FS, fo *fs.Options) (*fuse.Server, error) {
+	f.noFlushReads.Store(!fo.MountOptions.EnableLocks)
+	server, err := fuse.NewServer(f.NewRawFS(fo), dir, &fo.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
+		return nil, err
+	}
+	return server, nil
 }
 
 // checkName refuses a name longer than the server's name_max (PATHCONF)
@@ -266,6 +288,10 @@ func (f *FS) checkName(name string) syscall.Errno {
 	}
 	return 0
 }
+
+// negativeCache reports whether missing names may be cached (nfs(5)
+// lookupcache=all).
+func (f *FS) negativeCache() bool { return f.opts.LookupCache == LookupCacheAll }
 
 // acBounds returns the attribute timeout bounds for objects of type t.
 func (f *FS) acBounds(t nfs3.FileType) (lo, hi time.Duration) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"syscall"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
@@ -94,10 +96,38 @@ func (n *node) refresh(ctx context.Context, old nfs3.FileHandle) (nfs3.FileHandl
 func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var m int
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		m, err = n.fsys.c.ReadAt(ctx, fh, p, off)
+		if len(p) <= int(n.fsys.rsize) {
+			m, err = n.readOne(ctx, fh, p, off)
+		} else {
+			m, err = n.fsys.c.ReadAt(ctx, fh, p, off)
+		}
 		return err
 	})
 	return m, err
+}
+
+// readOne reads len(p) bytes, at most rsize, at off: one READ (more only
+// if the server answers short), in the caller's goroutine (ReadAt's
+// pipelining would hand even a single READ to a goroutine of its own).
+func (n *node) readOne(ctx context.Context, fh nfs3.FileHandle, p []byte, off int64) (int, error) {
+	m := 0
+	for m < len(p) {
+		r, err := n.fsys.c.Read(ctx, fh, uint64(off)+uint64(m), p[m:])
+		if err != nil {
+			return m, err
+		}
+		m += r.Count
+		if r.EOF {
+			if m == len(p) {
+				return m, nil
+			}
+			return m, io.EOF
+		}
+		if r.Count == 0 {
+			return m, fmt.Errorf("nfs3: READ at %d: %w", off+int64(m), io.ErrNoProgress)
+		}
+	}
+	return m, nil
 }
 
 // forgetIfStale drops the kernel's dentry of n when err says n's object is

@@ -54,7 +54,7 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 		return ctx, cancel
 	}
 	pid := caller.Pid
-	stop := context.AfterFunc(fctx, func() {
+	watch := func() {
 		// Interrupted: cancel now if the signal is fatal, else watch.
 		for {
 			if fatalSignalPending(pid) {
@@ -68,10 +68,107 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 			case <-time.After(fatalPoll):
 			}
 		}
-	})
+	}
+	// The request is watched for an interrupt only once it has lasted
+	// watchAfter: most end sooner, and watching the FUSE request's
+	// channel takes a goroutine of its own. One sweeper per mount looks
+	// at the requests in flight (no timer or goroutine per request).
+	w := &reqWatch{fctx: fctx, watch: watch}
+	f.watches.add(f, w)
 	return ctx, func() {
-		stop()
+		f.watches.remove(w)
 		cancel()
+	}
+}
+
+// watchAfter is how often the requests in flight are looked at for an
+// interrupt (see callCtx): a caller killed while its call waits is
+// released within about that much more.
+const watchAfter = 20 * time.Millisecond
+
+// reqWatch is one request in flight, for the sweeper.
+type reqWatch struct {
+	fctx  context.Context
+	watch func()
+	idx   int         // in watchList.reqs; -1 once removed
+	stop  func() bool // the watch started on an interrupt
+}
+
+// watchList is the mount's requests in flight and their sweeper.
+type watchList struct {
+	mu      sync.Mutex
+	reqs    []*reqWatch
+	running bool
+	wake    chan struct{}
+}
+
+func (l *watchList) add(f *FS, w *reqWatch) {
+	l.mu.Lock()
+	w.idx = len(l.reqs)
+	l.reqs = append(l.reqs, w)
+	if !l.running {
+		l.running = true
+		l.wake = make(chan struct{}, 1)
+		go l.sweep(f.ctx)
+	}
+	if len(l.reqs) == 1 {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	l.mu.Unlock()
+}
+
+func (l *watchList) remove(w *reqWatch) {
+	l.mu.Lock()
+	if i := w.idx; i >= 0 {
+		last := len(l.reqs) - 1
+		l.reqs[i] = l.reqs[last]
+		l.reqs[i].idx = i
+		l.reqs[last] = nil
+		l.reqs = l.reqs[:last]
+		w.idx = -1
+	}
+	stop := w.stop
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// sweep looks at the requests in flight every watchAfter while there are
+// any, and starts the watch of each one interrupted; it ends with the
+// mount (ctx).
+func (l *watchList) sweep(ctx context.Context) {
+	for {
+		l.mu.Lock()
+		idle := len(l.reqs) == 0
+		l.mu.Unlock()
+		if idle {
+			select {
+			case <-l.wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-time.After(watchAfter):
+		case <-ctx.Done():
+			return
+		}
+		l.mu.Lock()
+		for _, w := range l.reqs {
+			if w.stop != nil {
+				continue
+			}
+			select {
+			case <-w.fctx.Done():
+				w.stop = context.AfterFunc(w.fctx, w.watch)
+			default:
+			}
+		}
+		l.mu.Unlock()
 	}
 }
 

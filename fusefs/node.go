@@ -61,6 +61,15 @@ type node struct {
 	lookupAt   time.Time
 	lookupKeep bool
 
+	// staleData: attributes seen since the last open showed the data
+	// changed (nocto opens go by it).
+	staleData bool
+
+	// A directory's complete set of names, while namesOK (see names.go).
+	names   map[string]struct{}
+	namesOK bool
+	neg     map[string]struct{} // names found missing
+
 	// A directory's entries as its last READDIRPLUS pages brought them,
 	// by name, for the LOOKUPs that follow a listing (see takePlus).
 	plus map[string]plusEntry
@@ -182,7 +191,12 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	defer n.mu.Unlock()
 	v := *a
 	n.floorSize(&v)
-	return n.attrs.update(v, n.fsys.now(), lo, hi)
+	changed = n.attrs.update(v, n.fsys.now(), lo, hi)
+	if changed {
+		n.dropNamesLocked() // changed by someone: the names may be too
+		n.staleData = true
+	}
+	return changed
 }
 
 // floorSize raises a's size to the end of the WRITEs in flight (see
@@ -204,6 +218,7 @@ func (n *node) setWcc(w *nfs3.WccData) {
 }
 
 func (n *node) invalidateAttr() {
+	n.fsys.events.add(evAttrInvalidate)
 	n.mu.Lock()
 	n.attrs.invalidate()
 	n.mu.Unlock()
@@ -265,6 +280,9 @@ func (n *node) entryOut(child *node, out *fuse.EntryOut) {
 	child.fillOut(&out.Attr, &a)
 	out.SetAttrTimeout(timeo)
 	_, dirTimeo := n.cached()
+	if n.fsys.opts.LookupCache == LookupCacheNone {
+		dirTimeo = 0 // every path walk asks the server
+	}
 	out.SetEntryTimeout(dirTimeo)
 }
 
@@ -305,12 +323,25 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	if left, ok := n.knownAbsent(name); ok {
+		// This mount knows every name of the directory (see names.go).
+		out.SetEntryTimeout(left)
+		return nil, syscall.ENOENT
+	}
+	if n.GetChild(name) != nil {
+		n.fsys.events.add(evDentryRevalidate)
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if e, ok := n.takePlus(name); ok {
-		// READDIRPLUS just answered it (ls -l): no LOOKUP. The open that
-		// may follow revalidates (lookupAt stays unset).
-		c, _ := n.child(ctx, name, e.fh, &e.attr)
+		// READDIRPLUS just answered it (ls -l, a shell's glob): no
+		// LOOKUP. An open that follows takes these attributes as its
+		// revalidation as it would a LOOKUP's, by their age (lookupAt
+		// is when the listing brought them).
+		c, unchanged := n.child(ctx, name, e.fh, &e.attr)
+		c.mu.Lock()
+		c.lookupAt, c.lookupKeep = e.at, unchanged
+		c.mu.Unlock()
 		n.entryOut(c, out)
 		return c.EmbeddedInode(), 0
 	}
@@ -324,11 +355,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		if errno := toErrno(err); errno != syscall.ENOENT {
 			return nil, errno
 		}
-		// A negative entry, trusted as long as the directory.
-		_, dirTimeo := n.cached()
-		out.SetEntryTimeout(dirTimeo)
+		// A negative entry, trusted as long as the directory
+		// (lookupcache=all).
+		if n.fsys.negativeCache() {
+			n.sawMissing(name)
+			_, dirTimeo := n.cached()
+			out.SetEntryTimeout(dirTimeo)
+		}
 		return nil, syscall.ENOENT
 	}
+	n.sawName(name)
 	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil {
 		return nil, toErrno(err)
@@ -344,6 +380,17 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.Lock()
+	left, fresh := n.attrs.fresh(n.fsys.now())
+	a := n.attrs.attr
+	n.floorSize(&a)
+	n.mu.Unlock()
+	if fresh {
+		// Answered from the cache: no call, no call context.
+		n.fillOut(&out.Attr, &a)
+		out.SetTimeout(left)
+		return 0
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	a, timeo, err := n.getattr(ctx, false)

@@ -3,6 +3,8 @@ package fusefs
 import (
 	"log/slog"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma/nlm"
 )
 
 // Options configures an FS. The zero value is not the nfs(5) default; start
@@ -48,12 +50,39 @@ type Options struct {
 	// mount fixes one identity (uid=, gid=).
 	CallerIdentity bool
 
+	// NoCTO turns close-to-open consistency off (nfs(5) nocto): an open
+	// revalidates nothing of its own; the file's attributes, and whether
+	// its cached data is kept, follow the attribute cache timeouts only.
+	// A file's dirty data is still written at close.
+	NoCTO bool
+
+	// LookupCache is nfs(5) lookupcache: which answers of LOOKUP the
+	// kernel's dentry cache keeps (all: found and missing names; pos:
+	// found ones only; none: neither, every path walk asks the server).
+	LookupCache LookupCache
+
 	// ReadOnly refuses every change with EROFS (nfs(5) ro).
 	ReadOnly bool
+
+	// Locker takes POSIX (fcntl) and flock locks on the server with NLM
+	// (nfs(5) lock); nil leaves every lock local to this machine (nolock).
+	// LocalPosix and LocalFlock leave that kind local (local_lock=posix,
+	// flock; both: all). The FS does not close it.
+	Locker                 *nlm.Locker
+	LocalPosix, LocalFlock bool
 
 	// Logger receives the file system's events; nil discards them.
 	Logger *slog.Logger
 }
+
+// LookupCache is the nfs(5) lookupcache mode.
+type LookupCache int
+
+const (
+	LookupCacheAll      LookupCache = iota // found and missing names
+	LookupCachePositive                    // found names only
+	LookupCacheNone                        // none
+)
 
 // Defaults, as nfs(5) gives them for the attribute cache.
 const (

@@ -372,6 +372,12 @@ func TestFusefsSmallFiles(t *testing.T) {
 					if w1-w0 != files || c1-c0 != 0 {
 						t.Errorf("tar -x of %d files of 4 KiB: %d WRITEs, %d COMMITs; want %d, 0", files, w1-w0, c1-c0, files)
 					}
+					// Every directory of the tree is made by this mount: it
+					// knows their names, and the lookups before each mkdir
+					// and create ask the server nothing.
+					if l := opCount(after, "LOOKUP") - opCount(before, "LOOKUP"); l > 10 {
+						t.Errorf("tar -x of %d files into directories the mount made: %d LOOKUPs, want none", files, l)
+					}
 				}
 			}
 		}

@@ -23,6 +23,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if mode := os.Getenv("NFSRDMA_LOCK_HELPER"); mode != "" {
+		os.Exit(lockHelper(mode, os.Getenv("NFSRDMA_LOCK_FILE"))) // lock_test.go's second process
+	}
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "integration: these tests run inside the test-bed guest (knfsd over Soft-RoCE).\n"+
 			"Run them with 'make test', or build with 'go test -c -tags integration ./integration' and run the binary with\n"+

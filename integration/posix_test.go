@@ -25,7 +25,7 @@ var posixSkips = map[string]string{
 	"XAttr":               "NFSv3 has no extended attributes",
 	"XAttrLarge":          "NFSv3 has no extended attributes",
 	"Tmpfile":             "NFSv3 has no O_TMPFILE: an unnamed file cannot exist on the server",
-	"FcntlFlockLocksFile": "locks are local to the mount (nfs(5) nolock, no NLM): one process's POSIX locks never conflict with each other",
+	"FcntlFlockLocksFile": "the case expects a process's second POSIX lock on the file to conflict with its first; POSIX locks of one process never conflict (the kernel's NFS mount grants it too)",
 	// An open racing with renames over its name on the same mount: the
 	// kernel resolves the name to an inode from its dentry cache and the
 	// open's GETATTR (close-to-open) or permission check reaches the

@@ -231,7 +231,9 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 			m.unmountForSignal()
 		}
 	}()
+	stopProfile := startProfile(log)
 	m.fuse.Wait()
+	stopProfile()
 	log.Info("unmounted", "dir", dir)
 	m.release()
 	return exitOK

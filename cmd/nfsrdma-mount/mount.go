@@ -13,11 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/fusefs"
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/nlm"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/ibv"
@@ -50,6 +50,7 @@ type mountServer struct {
 	metered *fusefs.MeteredTransport
 	client  *nfs3.Client
 	fsys    *fusefs.FS
+	locks   *nlm.Locker // nil: nolock or local_lock=all
 	fuse    *fuse.Server
 	ctl     *controlServer
 }
@@ -361,6 +362,9 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		// uid= or gid= name the one identity every call carries.
 		fsOpts.CallerIdentity = false
 	}
+	if err := m.startLocks(m.addr, &sunrpc.TCPOptions{Logger: m.log, NoResvPort: m.opts.NoResvPort}, &fsOpts); err != nil {
+		return err
+	}
 	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	m.fsys, err = fusefs.New(actx, m.client, root, &fsOpts)
 	cancel()
@@ -378,7 +382,7 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	}
 	fo := m.fsys.FUSEOptions(mc)
 	fo.MountOptions.Options = append(fo.MountOptions.Options, flagOptions(m.opts.MountFlags, !root0)...)
-	if m.fuse, err = fs.Mount(m.dir, m.fsys.Root(), fo); err != nil {
+	if m.fuse, err = fusefs.MountWith(m.dir, m.fsys, fo); err != nil {
 		if strings.Contains(err.Error(), "fusermount exited") {
 			// go-fuse says only that; fusermount's own message went to
 			// stderr, which the mount command shows above this one.
@@ -391,6 +395,41 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	}
 	m.started = time.Now()
 	return nil
+}
+
+// startLocks makes the lock manager client of lock (the default) unless
+// nolock or local_lock=all keep every lock local: NLM over TCP to the
+// server's lockd, from a reserved port as MOUNT (resvport).
+func (m *mountServer) startLocks(ip netip.Addr, tcpOpts *sunrpc.TCPOptions, fsOpts *fusefs.Options) error {
+	o := m.opts
+	fsOpts.LocalPosix = o.LocalLock == "posix" || o.LocalLock == "all"
+	fsOpts.LocalFlock = o.LocalLock == "flock" || o.LocalLock == "all"
+	if o.NoLock || o.LocalLock == "all" || m.locks != nil {
+		fsOpts.Locker = m.locks
+		return nil
+	}
+	c, err := nlm.NewClient(nlm.Config{Server: ip.String(), TCP: *tcpOpts, Logger: m.log})
+	if err != nil {
+		return err
+	}
+	m.locks = nlm.NewLocker(c, nlm.LockerConfig{Logger: m.log})
+	fsOpts.Locker = m.locks
+	return nil
+}
+
+// stopLocks gives back every lock still held (unmount) and closes the
+// lock manager client.
+func (m *mountServer) stopLocks() {
+	if m.locks == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.locks.Close(ctx); err != nil {
+		m.log.Warn("unlocking at unmount", "err", err)
+	}
+	m.locks.Client().Close()
+	m.locks = nil
 }
 
 // flagOptions returns the VFS flags as FUSE mount options. go-fuse turns
@@ -466,6 +505,7 @@ func (m *mountServer) release() {
 	if m.fsys != nil {
 		m.fsys.Close()
 	}
+	m.stopLocks()
 	if m.client != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		host := m.host

@@ -358,6 +358,15 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 		// no directory attribute caching, no name caching.
 		o.FS.AcDirMin, o.FS.AcDirMax = 0, 0
 	}
+	switch o.LookupCache {
+	case "pos":
+		o.FS.LookupCache = fusefs.LookupCachePositive
+	case "none":
+		o.FS.LookupCache = fusefs.LookupCacheNone
+	default:
+		o.FS.LookupCache = fusefs.LookupCacheAll
+	}
+	o.FS.NoCTO = o.NoCTO
 	if o.FS.AcRegMin > o.FS.AcRegMax || o.FS.AcDirMin > o.FS.AcDirMax {
 		return nil, &OptionError{Option: "acregmin/acdirmin", Reason: "a minimum above its maximum"}
 	}

@@ -70,7 +70,10 @@ func TestParseOptions(t *testing.T) {
 		{opts: "", check: func(o *mountOptions) bool {
 			return o.NConnect == 1 && o.LookupCache == "all" && o.LocalLock == "none" && !o.NoLock && !o.NoCTO && !o.NoResvPort && !o.IPv6
 		}},
-		{opts: "lookupcache=positive", check: func(o *mountOptions) bool { return o.LookupCache == "pos" && o.FS == def }},
+		{opts: "lookupcache=positive", check: func(o *mountOptions) bool {
+			return o.LookupCache == "pos" && o.FS.LookupCache == fusefs.LookupCachePositive && o.FS.AcDirMax == def.AcDirMax
+		}},
+		{opts: "nocto", check: func(o *mountOptions) bool { return o.NoCTO && o.FS.NoCTO }},
 		{opts: "lookupcache=none,acdirmax=10", check: func(o *mountOptions) bool {
 			return o.FS.AcDirMin == 0 && o.FS.AcDirMax == 0 && o.FS.AcRegMin == def.AcRegMin
 		}},

@@ -105,9 +105,9 @@ type endpoint struct {
 	started bool
 	loop    sync.WaitGroup
 	closed  atomic.Bool
-	// removedDev is 1 + the kernel index of the device a DEVICE_REMOVAL
-	// named (0: none).
-	removedDev atomic.Int32
+	// removedDev is the address of the libibverbs device a
+	// DEVICE_REMOVAL named (0: none), only ever compared.
+	removedDev atomic.Uintptr
 }
 
 func newEndpoint(f *Fabric, ch *cmChannel, id *C.struct_rdma_cm_id) *endpoint {
@@ -314,7 +314,7 @@ func (ep *endpoint) startEvents() {
 				ep.mu.Unlock()
 			case C.RDMA_CM_EVENT_DEVICE_REMOVAL:
 				t = verbs.CMDeviceRemoval
-				ep.removedDev.Store(int32(C.nr_cm_dev_index(ep.id)) + 1)
+				ep.removedDev.Store(uintptr(C.nr_cm_dev(ep.id)))
 			case C.RDMA_CM_EVENT_TIMEWAIT_EXIT:
 				t = verbs.CMTimewaitExit
 			case C.RDMA_CM_EVENT_ADDR_CHANGE:
@@ -389,8 +389,8 @@ func (ep *endpoint) Close() error {
 	ep.f.live.endpoints.Add(-1)
 	C.rdma_destroy_id(ep.id)
 	C.rdma_destroy_event_channel(ep.ch.ch)
-	if idx := ep.removedDev.Load(); idx > 0 {
-		ep.f.letRemovedDeviceGo(int(idx - 1))
+	if dev := ep.removedDev.Load(); dev != 0 {
+		ep.f.letRemovedDeviceGo(dev)
 	}
 	return nil
 }
@@ -401,10 +401,10 @@ func (ep *endpoint) Close() error {
 // process) while any process has it open, and librdmacm notices a removal
 // only when it lists its devices. It retries in the background until the
 // device is gone from the list, for at most a minute.
-func (f *Fabric) letRemovedDeviceGo(idx int) {
+func (f *Fabric) letRemovedDeviceGo(dev uintptr) {
 	go func() {
 		for i := 0; i < 600; i++ {
-			listed := C.nr_dev_index_listed(C.int(idx)) != 0
+			listed := C.nr_dev_listed(C.uintptr_t(dev)) != 0
 			C.nr_sync_cm_devices()
 			if !listed {
 				return

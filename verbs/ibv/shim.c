@@ -404,14 +404,16 @@ int nr_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *
 	return 1;
 }
 
-int nr_cm_dev_index(struct rdma_cm_id *id)
+uintptr_t nr_cm_dev(struct rdma_cm_id *id)
 {
 	if (!id || !id->verbs)
-		return -1;
-	return ibv_get_device_index(id->verbs->device);
+		return 0;
+	return (uintptr_t)id->verbs->device;
 }
 
-int nr_dev_index_listed(int idx)
+/* Whether libibverbs still lists the device (compared by address only:
+ * the device may be gone). */
+int nr_dev_listed(uintptr_t dev)
 {
 	int n, i, found = 0;
 	struct ibv_device **l = ibv_get_device_list(&n);
@@ -419,7 +421,7 @@ int nr_dev_index_listed(int idx)
 	if (!l)
 		return 1; /* cannot tell: keep trying */
 	for (i = 0; i < n; i++)
-		if (ibv_get_device_index(l[i]) == idx)
+		if ((uintptr_t)l[i] == dev)
 			found = 1;
 	ibv_free_device_list(l);
 	return found;

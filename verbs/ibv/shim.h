@@ -96,6 +96,6 @@ int nr_get_cm_event(struct rdma_event_channel *ch, struct nr_cm_event *out);
 /* Asynchronous events: 1 and the event's fields when one was read, 0 when
  * none is pending (the async fd is non-blocking), -errno on error. */
 int nr_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *qpn);
-int nr_cm_dev_index(struct rdma_cm_id *id);
-int nr_dev_index_listed(int idx);
+uintptr_t nr_cm_dev(struct rdma_cm_id *id);
+int nr_dev_listed(uintptr_t dev);
 void nr_sync_cm_devices(void);

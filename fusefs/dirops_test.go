@@ -1,0 +1,248 @@
+package fusefs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+)
+
+// opDeltas returns a function giving the calls of each procedure since now.
+func opDeltas(m *mounted) func(proc uint32) int {
+	before := map[uint32]uint64{}
+	for p := range uint32(nfs3.ProcCommit + 1) {
+		before[p] = m.calls(p)
+	}
+	return func(proc uint32) int { return int(m.calls(proc) - before[proc]) }
+}
+
+// TestRPCDirOpsInOwnDirectory: in a directory this mount made, mkdir,
+// create, rename (Go's os.Rename stats the target first), rmdir and
+// unlink cost exactly their own call each: no LOOKUP of the new names
+// (the mount knows every name there), no GETATTR (every reply brings the
+// attributes), as the Linux client sends them.
+func TestRPCDirOpsInOwnDirectory(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	top := m.path("top")
+	check(t, os.Mkdir(top, 0o755))
+	const n = 40
+	d := opDeltas(m)
+	for i := range n {
+		check(t, os.Mkdir(filepath.Join(top, fmt.Sprintf("d%d", i)), 0o755))
+		check(t, os.WriteFile(filepath.Join(top, fmt.Sprintf("f%d", i)), []byte("data"), 0o644))
+	}
+	for i := range n {
+		check(t, os.Rename(filepath.Join(top, fmt.Sprintf("f%d", i)), filepath.Join(top, fmt.Sprintf("g%d", i))))
+	}
+	for i := range n {
+		check(t, syscall.Rmdir(filepath.Join(top, fmt.Sprintf("d%d", i))))
+		check(t, os.Remove(filepath.Join(top, fmt.Sprintf("g%d", i))))
+	}
+	want := map[uint32]int{nfs3.ProcMkdir: n, nfs3.ProcCreate: n, nfs3.ProcWrite: n, nfs3.ProcRename: n, nfs3.ProcRmdir: n, nfs3.ProcRemove: n}
+	for p := range uint32(nfs3.ProcCommit + 1) {
+		got := d(p)
+		if p == nfs3.ProcGetattr && got <= n {
+			// go-nfs answers a CREATE outside its root without the new
+			// file's attributes: one GETATTR each (knfsd sends them).
+			continue
+		}
+		if got != want[p] {
+			t.Errorf("%s: %d calls, want %d", nfs3.ProcName(p), got, want[p])
+		}
+	}
+	// Missing names are missing (without a call) and made ones are there.
+	if _, err := os.Lstat(filepath.Join(top, "f0")); !os.IsNotExist(err) {
+		t.Errorf("lstat of a renamed-away name: %v", err)
+	}
+	check(t, os.WriteFile(filepath.Join(top, "x"), nil, 0o644))
+	if _, err := os.Lstat(filepath.Join(top, "x")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRPCRenameCold: renaming files this mount has not seen costs a LOOKUP
+// of the source and one of the target (as the kernel client's), and the
+// target found missing is not asked again by rename(2).
+func TestRPCRenameCold(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Mkdir(filepath.Join(srv.Dir, "ren"), 0o755))
+	const n = 30
+	for i := range n {
+		check(t, os.WriteFile(filepath.Join(srv.Dir, "ren", fmt.Sprintf("a%d", i)), nil, 0o644))
+	}
+	m := mountGoNFS(t, srv, nil)
+	_, err := os.Stat(m.path("ren"))
+	check(t, err)
+	d := opDeltas(m)
+	for i := range n {
+		check(t, os.Rename(m.path(fmt.Sprintf("ren/a%d", i)), m.path(fmt.Sprintf("ren/b%d", i))))
+	}
+	if l, r, g := d(nfs3.ProcLookup), d(nfs3.ProcRename), d(nfs3.ProcGetattr); l != 2*n || r != n || g != 0 {
+		t.Errorf("%d renames: %d LOOKUP, %d RENAME, %d GETATTR; want %d, %d, 0", n, l, r, g, 2*n, n)
+	}
+	for i := range n {
+		if _, err := os.Stat(filepath.Join(srv.Dir, "ren", fmt.Sprintf("b%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNamesOtherClient: a name another client made in a directory this
+// mount made is found once the directory's attributes expire, and a
+// mkdir of it then fails with EEXIST.
+func TestNamesOtherClient(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.AcDirMin, o.AcDirMax = 200*time.Millisecond, 200*time.Millisecond
+	m := mountGoNFS(t, srv, &o)
+	check(t, os.Mkdir(m.path("own"), 0o755))
+	check(t, os.Mkdir(m.path("own/mine"), 0o755))
+	// Another client (the server's own directory) adds a name.
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "own", "theirs"), []byte("x"), 0o644))
+	time.Sleep(300 * time.Millisecond)
+	if b, err := os.ReadFile(m.path("own/theirs")); err != nil || string(b) != "x" {
+		t.Fatalf("read the other client's file: %q, %v", b, err)
+	}
+	if err := os.Mkdir(m.path("own/theirs2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A name found missing, then made by the other client, likewise.
+	if _, err := os.Lstat(m.path("neg")); !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "neg"), nil, 0o644))
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.Lstat(m.path("neg")); err != nil {
+		t.Errorf("a name another client made after it was found missing: %v", err)
+	}
+	check(t, os.Mkdir(filepath.Join(srv.Dir, "own", "later"), 0o755))
+	time.Sleep(300 * time.Millisecond)
+	if err := os.Mkdir(m.path("own/later"), 0o755); !os.IsExist(err) {
+		t.Errorf("mkdir of a name another client made: %v, want EEXIST", err)
+	}
+}
+
+// TestLookupCacheNone: with lookupcache=none a missing name is asked of the
+// server each time (no negative entry, no names known).
+func TestLookupCacheNone(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.LookupCache = LookupCacheNone
+	m := mountGoNFS(t, srv, &o)
+	check(t, os.Mkdir(m.path("own"), 0o755))
+	d := opDeltas(m)
+	for range 3 {
+		if _, err := os.Lstat(m.path("own/missing")); !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	// Each path walk asks for "own" and for "missing".
+	if l := d(nfs3.ProcLookup); l != 6 {
+		t.Errorf("3 lstat of own/missing with lookupcache=none: %d LOOKUP, want 6", l)
+	}
+}
+
+// TestNoCTOOpen: with nocto an open within the attribute timeout sends no
+// GETATTR; with cto (the default) it does.
+func TestNoCTOOpen(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), []byte("hello"), 0o644))
+	for _, nocto := range []bool{false, true} {
+		o := DefaultOptions()
+		o.NoCTO = nocto
+		o.AcRegMin, o.AcRegMax = time.Minute, time.Minute
+		m := mountGoNFS(t, srv, &o)
+		if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
+			t.Fatalf("read: %q, %v", b, err)
+		}
+		time.Sleep(lookupFresh + 100*time.Millisecond) // past the LOOKUP's own revalidation
+		d := opDeltas(m)
+		for range 3 {
+			if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
+				t.Fatalf("read: %q, %v", b, err)
+			}
+		}
+		want := 3
+		if nocto {
+			want = 0
+		}
+		if g := d(nfs3.ProcGetattr); g != want {
+			t.Errorf("nocto %v: 3 opens sent %d GETATTR, want %d", nocto, g, want)
+		}
+	}
+}
+
+// TestEvents: the VFS event counters count the requests.
+func TestEvents(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	before := m.fsys.Events()
+	check(t, os.WriteFile(m.path("f"), []byte("hello"), 0o644))
+	b, err := os.ReadFile(m.path("f"))
+	check(t, err)
+	_, err = os.ReadDir(m.path(""))
+	check(t, err)
+	check(t, os.Truncate(m.path("f"), 1))
+	after := m.fsys.Events()
+	for _, c := range []struct {
+		name string
+		i    int
+	}{{"vfsopen", evOpen}, {"vfslookup", evLookup}, {"vfsupdatepage", evUpdatePage}, {"vfsreadpages", evReadPages},
+		{"vfsgetdents", evGetdents}, {"vfssetattr", evSetattr}, {"setattrtrunc", evSetattrTrunc}, {"vfsflush", evFlush}, {"vfsrelease", evRelease}} {
+		if after[c.i] <= before[c.i] {
+			t.Errorf("%s: %d before, %d after", c.name, before[c.i], after[c.i])
+		}
+	}
+	if io := m.fsys.IOBytes(); io.NormalWrite < 5 || io.NormalRead < uint64(len(b)) {
+		t.Errorf("bytes: %+v", io)
+	}
+}
+
+// TestRPCCatAfterListing: files read right after their directory was
+// listed (a shell's glob, then cat) cost one READ each: the listing's
+// attributes are the opens' revalidation, as a LOOKUP's would be.
+func TestRPCCatAfterListing(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Mkdir(filepath.Join(srv.Dir, "d"), 0o755))
+	const n = 20
+	for i := range n {
+		check(t, os.WriteFile(filepath.Join(srv.Dir, "d", fmt.Sprintf("f%d", i)), []byte("content"), 0o644))
+	}
+	m := mountGoNFS(t, srv, nil)
+	d := opDeltas(m)
+	ents, err := os.ReadDir(m.path("d"))
+	check(t, err)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(m.path("d"), e.Name()))
+		if err != nil || string(b) != "content" {
+			t.Fatalf("%s: %q, %v", e.Name(), b, err)
+		}
+	}
+	if r, g, l := d(nfs3.ProcRead), d(nfs3.ProcGetattr), d(nfs3.ProcLookup); r != n || g != 0 || l > 1 {
+		t.Errorf("cat of %d files after ls: %d READ, %d GETATTR, %d LOOKUP; want %d, 0, at most 1", n, r, g, l, n)
+	}
+}
+
+// TestNoFlushForReaders: closing a file opened for reading sends the
+// file system no FLUSH; closing one opened for writing does.
+func TestNoFlushForReaders(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	check(t, os.WriteFile(m.path("f"), []byte("x"), 0o644))
+	before := m.fsys.Events()
+	for range 5 {
+		_, err := os.ReadFile(m.path("f"))
+		check(t, err)
+	}
+	mid := m.fsys.Events()
+	check(t, os.WriteFile(m.path("f"), []byte("y"), 0o644))
+	after := m.fsys.Events()
+	if mid[evFlush] != before[evFlush] || after[evFlush] == mid[evFlush] {
+		t.Errorf("FLUSH requests: %d for 5 reads, %d for a write; want 0, >0", mid[evFlush]-before[evFlush], after[evFlush]-mid[evFlush])
+	}
+}

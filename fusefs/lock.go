@@ -1,0 +1,247 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/nfsrdma/nfsrdma/nlm"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
+
+// Locks (nfs(5) lock, the default; Options.Locker): the kernel passes
+// fcntl(2) POSIX locks and flock(2) locks of regular files to the file
+// system (FUSE's GETLK, SETLK and SETLKW), which takes them on the server
+// with NLM, so that the processes of other clients see them, as with the
+// kernel client:
+//
+//   - POSIX locks: FUSE's lock owner (the process's file table) is the NLM
+//     owner. They are given back when the process closes any descriptor of
+//     the file (FUSE's flush: every lock of the closing process on the
+//     file, as POSIX says), and at the file's last close.
+//   - flock locks travel as whole-file locks whose owner is the open file
+//     (as the Linux client sends them: a flock and a POSIX lock of another
+//     owner exclude each other on the server), given back when the open
+//     file is released.
+//   - F_SETLKW waits until the server grants the lock; a signal interrupts
+//     the wait (EINTR, which the kernel restarts for an SA_RESTART
+//     handler), and the server's queued request is cancelled.
+//   - Options.LocalPosix and LocalFlock (nfs(5) local_lock=posix, flock,
+//     all) leave that kind to the kernel, local to this machine, as does a
+//     nil Locker (nolock) for both.
+
+var (
+	_ fs.FileGetlker  = (*openFile)(nil)
+	_ fs.FileSetlker  = (*openFile)(nil)
+	_ fs.FileSetlkwer = (*openFile)(nil)
+)
+
+// fileLocks are the flock owners of an open file.
+type fileLocks struct {
+	mu     sync.Mutex
+	owners map[uint64]bool
+}
+
+// lockCapabilities sets what locks the kernel passes to f.
+func (f *FS) lockCapabilities(mo *fuse.MountOptions) {
+	if f.opts.Locker == nil || (f.opts.LocalPosix && f.opts.LocalFlock) {
+		return
+	}
+	mo.EnableLocks = true
+	if f.opts.LocalPosix {
+		mo.DisabledCapabilities |= fuse.CAP_POSIX_LOCKS
+	}
+	if f.opts.LocalFlock {
+		mo.DisabledCapabilities |= fuse.CAP_FLOCK_LOCKS
+	}
+}
+
+// lockCtx returns the context of a lock request: with the caller's
+// credential (the server checks its access to the file, as for the kernel
+// client's NLM calls), ended by any interrupt of the caller (a signal:
+// fcntl and flock return EINTR; the kernel restarts them for an
+// SA_RESTART handler).
+func (f *openFile) lockCtx(fctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, done := f.callCtx(fctx)
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(fctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		done()
+	}
+}
+
+func lockRequest(lk *fuse.FileLock) nlm.Request {
+	return nlm.Request{Start: lk.Start, End: min(lk.End, nlm.ToEOF), Exclusive: lk.Typ == syscall.F_WRLCK, Pid: lk.Pid}
+}
+
+// lockErrno maps a Locker's error to the errno of fcntl or flock.
+func lockErrno(err error) syscall.Errno {
+	var st nlm.Stat
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &st):
+		return st.Errno()
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	}
+	var nr *sunrpc.NotRegisteredError
+	if errors.As(err, &nr) {
+		return syscall.ENOLCK // the server runs no lock manager
+	}
+	return toErrno(err)
+}
+
+// Getlk implements fs.FileGetlker (F_GETLK) with NLM's TEST.
+func (f *openFile) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	l := f.n.fsys.opts.Locker
+	if l == nil {
+		return syscall.ENOLCK
+	}
+	ctx, done := f.lockCtx(ctx)
+	defer done()
+	c, err := l.Test(ctx, f.n.handle(), owner, lockRequest(lk))
+	if err != nil {
+		return lockErrno(err)
+	}
+	if c == nil {
+		*out = *lk
+		out.Typ = syscall.F_UNLCK
+		return 0
+	}
+	*out = fuse.FileLock{Start: c.Start, End: c.End, Typ: syscall.F_RDLCK, Pid: c.Pid}
+	if c.Exclusive {
+		out.Typ = syscall.F_WRLCK
+	}
+	return 0
+}
+
+// Setlk implements fs.FileSetlker (F_SETLK, flock with LOCK_NB).
+func (f *openFile) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return f.setlk(ctx, owner, lk, flags, false)
+}
+
+// Setlkw implements fs.FileSetlkwer (F_SETLKW, flock).
+func (f *openFile) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return f.setlk(ctx, owner, lk, flags, true)
+}
+
+func (f *openFile) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	l := f.n.fsys.opts.Locker
+	if l == nil {
+		return syscall.ENOLCK
+	}
+	ctx, done := f.lockCtx(ctx)
+	defer done()
+	fh := f.n.handle()
+	r := lockRequest(lk)
+	if flags&fuse.FUSE_LK_FLOCK != 0 {
+		// flock: the whole file, whatever the kernel says.
+		r.Start, r.End, r.Flock = 0, nlm.ToEOF, true
+		f.locks.mu.Lock()
+		if f.locks.owners == nil {
+			f.locks.owners = map[uint64]bool{}
+		}
+		f.locks.owners[owner] = true
+		f.locks.mu.Unlock()
+	}
+	var err error
+	switch lk.Typ {
+	case syscall.F_UNLCK:
+		err = l.Unlock(ctx, fh, owner, r.Start, r.End)
+	case syscall.F_RDLCK, syscall.F_WRLCK:
+		err = l.Lock(ctx, fh, owner, r, wait)
+	default:
+		return syscall.EINVAL
+	}
+	if err != nil {
+		f.n.fsys.log.Debug("lock", "owner", owner, "type", lk.Typ, "start", r.Start, "end", r.End, "wait", wait, "err", err)
+	}
+	return lockErrno(err)
+}
+
+// lockReleaseTimeout bounds the UNLOCKs of a close.
+const lockReleaseTimeout = time.Minute
+
+// flushLocks gives back the POSIX locks on the file of the process that
+// closes a descriptor of it (FUSE's flush names the closing thread).
+func (f *openFile) flushLocks(fctx context.Context) {
+	l := f.n.fsys.opts.Locker
+	if l == nil {
+		return
+	}
+	fh := f.n.handle()
+	if !l.Asked(fh) {
+		return
+	}
+	caller, ok := fuse.FromContext(fctx)
+	if !ok || caller.Pid == 0 {
+		return
+	}
+	ids := l.Owners(fh, threadGroup(caller.Pid))
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.wctx, lockReleaseTimeout)
+	defer cancel()
+	for _, id := range ids {
+		if err := l.ReleaseOwner(ctx, fh, id); err != nil {
+			f.n.fsys.log.Warn("unlocking at close failed", "err", err)
+		}
+	}
+}
+
+// releaseLocks gives back the flock locks of the open file, and at the
+// file's last close whatever lock is left on it.
+func (f *openFile) releaseLocks(last bool) {
+	l := f.n.fsys.opts.Locker
+	if l == nil {
+		return
+	}
+	fh := f.n.handle()
+	if !l.Asked(fh) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(f.wctx, lockReleaseTimeout)
+	defer cancel()
+	f.locks.mu.Lock()
+	owners := f.locks.owners
+	f.locks.owners = nil
+	f.locks.mu.Unlock()
+	for id := range owners {
+		if err := l.ReleaseOwner(ctx, fh, id); err != nil {
+			f.n.fsys.log.Warn("unlocking flock at release failed", "err", err)
+		}
+	}
+	if last {
+		if err := l.ReleaseFile(ctx, fh); err != nil {
+			f.n.fsys.log.Warn("unlocking at last close failed", "err", err)
+		}
+	}
+}
+
+// threadGroup returns the process (thread group) of thread tid.
+func threadGroup(tid uint32) uint32 {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return tid
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte("Tgid:")); ok {
+			if n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 32); err == nil {
+				return uint32(n)
+			}
+		}
+	}
+	return tid
+}

@@ -1,0 +1,407 @@
+// Package nlmtest is a small in-process lock manager for tests: NLM
+// version 4 (TEST, LOCK, CANCEL, UNLOCK) with POSIX lock semantics per
+// owner (caller name and svid), NSM's SM_STAT, and a port mapper that
+// gives their port, all over TCP on 127.0.0.1. Restart simulates a server
+// reboot: the locks are forgotten, the NSM state moves on, a grace period
+// starts in which only reclaims are granted, and the lock manager moves to
+// a new port.
+package nlmtest
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/nlm"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
+
+// Owner is a lock owner as the server sees it.
+type Owner struct {
+	Caller string
+	Svid   int32
+}
+
+// HeldLock is a lock the server holds.
+type HeldLock struct {
+	FH         string
+	Owner      Owner
+	Start, End uint64
+	Exclusive  bool
+}
+
+// Server is the lock manager.
+type Server struct {
+	t   testing.TB
+	pm  net.Listener // the port mapper
+	svc net.Listener // NLM and NSM
+
+	mu         sync.Mutex
+	locks      []HeldLock
+	blocked    map[Owner]nlm.LockArgs
+	state      int32
+	graceUntil time.Time
+	calls      map[uint32]int // NLM procedure counts
+	creds      map[uint32]sunrpc.OpaqueAuth
+	reclaims   int
+	cancels    int
+	conns      map[net.Conn]struct{}
+	closed     bool
+	wg         sync.WaitGroup
+	// Grace is the length of the grace period after Restart.
+	Grace time.Duration
+}
+
+// Serve starts a Server; it is closed when the test ends.
+func Serve(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, blocked: map[Owner]nlm.LockArgs{}, state: 1, calls: map[uint32]int{},
+		creds: map[uint32]sunrpc.OpaqueAuth{}, conns: map[net.Conn]struct{}{}, Grace: 2 * time.Second}
+	var err error
+	if s.pm, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	if s.svc, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	s.wg.Add(2)
+	go s.accept(s.pm)
+	go s.accept(s.svc)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Portmapper returns the port mapper's address.
+func (s *Server) Portmapper() string { return s.pm.Addr().String() }
+
+// Port returns the port of the lock manager and the status monitor.
+func (s *Server) Port() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.svc.Addr().(*net.TCPAddr).Port
+}
+
+// Close stops the server.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.pm.Close()
+	s.svc.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// Restart forgets every lock, moves the NSM state on, starts a grace
+// period of s.Grace and serves NLM on a new port (the old connections
+// dropped), as a rebooted server would.
+func (s *Server) Restart() {
+	s.mu.Lock()
+	s.locks = nil
+	s.blocked = map[Owner]nlm.LockArgs{}
+	s.state += 2
+	s.graceUntil = time.Now().Add(s.Grace)
+	old := s.svc
+	old.Close()
+	for c := range s.conns {
+		if c.LocalAddr().String() == old.Addr().String() {
+			c.Close()
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.mu.Unlock()
+		s.t.Fatal(err)
+		return
+	}
+	s.svc = ln
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.accept(ln)
+}
+
+// Locks returns the locks held.
+func (s *Server) Locks() []HeldLock {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]HeldLock(nil), s.locks...)
+}
+
+// Calls returns how many calls of NLM procedure proc the server answered.
+func (s *Server) Calls(proc uint32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[proc]
+}
+
+// Cred returns the credential of the last call of NLM procedure proc.
+func (s *Server) Cred(proc uint32) sunrpc.OpaqueAuth {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.creds[proc]
+}
+
+// Reclaims returns the reclaims granted.
+func (s *Server) Reclaims() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reclaims
+}
+
+// Cancels returns the number of CANCEL calls.
+func (s *Server) Cancels() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cancels
+}
+
+// Blocked returns the number of blocked LOCKs waiting.
+func (s *Server) Blocked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.blocked)
+}
+
+// SetLock gives a lock to owner directly, as another client's would be.
+func (s *Server) SetLock(l HeldLock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apply(l.FH, l.Owner, l.Start, l.End, l.Exclusive, false)
+}
+
+// ClearLocks drops the locks of owner, as another client's unlock.
+func (s *Server) ClearLocks(o Owner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keep []HeldLock
+	for _, l := range s.locks {
+		if l.Owner != o {
+			keep = append(keep, l)
+		}
+	}
+	s.locks = keep
+}
+
+func (s *Server) accept(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go s.serve(c)
+	}
+}
+
+func (s *Server) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	br := bufio.NewReader(c)
+	for {
+		rec, err := readRecord(br)
+		if err != nil {
+			return
+		}
+		rep := s.handle(rec)
+		if rep == nil {
+			continue
+		}
+		out := binary.BigEndian.AppendUint32(nil, uint32(len(rep))|1<<31)
+		if _, err := c.Write(append(out, rep...)); err != nil {
+			return
+		}
+	}
+}
+
+func readRecord(r io.Reader) ([]byte, error) {
+	var rec []byte
+	for {
+		var hdr [4]byte
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			return nil, err
+		}
+		m := binary.BigEndian.Uint32(hdr[:])
+		n := int(m &^ (1 << 31))
+		if len(rec)+n > 1<<20 {
+			return nil, errors.New("nlmtest: record too large")
+		}
+		start := len(rec)
+		rec = append(rec, make([]byte, n)...)
+		if _, err := io.ReadFull(r, rec[start:]); err != nil {
+			return nil, err
+		}
+		if m&(1<<31) != 0 {
+			return rec, nil
+		}
+	}
+}
+
+func (s *Server) handle(rec []byte) []byte {
+	d := sunrpc.NewDecoder(rec)
+	h, err := sunrpc.DecodeCall(d)
+	if err != nil {
+		return nil
+	}
+	rh := sunrpc.ReplyHeader{XID: h.XID, Stat: sunrpc.MsgAccepted, Accept: sunrpc.Success}
+	var res []byte
+	switch {
+	case h.Prog == sunrpc.PortmapProg && h.Proc == sunrpc.PmapProcGetPort:
+		m := sunrpc.DecodeMapping(d)
+		port := 0
+		if (m.Prog == nlm.Program && m.Vers == nlm.Version) || (m.Prog == nlm.NSMProgram && m.Vers == nlm.NSMVersion) {
+			port = s.Port()
+		}
+		res = sunrpc.AppendUint32(nil, uint32(port))
+	case h.Prog == nlm.NSMProgram && h.Proc == nlm.NSMProcStat:
+		d.String(nlm.MaxNSMName)
+		s.mu.Lock()
+		res = sunrpc.AppendInt32(sunrpc.AppendUint32(nil, nlm.NSMSuccess), s.state)
+		s.mu.Unlock()
+	case h.Prog == nlm.NSMProgram && h.Proc == nlm.NSMProcNull:
+	case h.Prog == nlm.Program && h.Vers == nlm.Version:
+		s.mu.Lock()
+		s.creds[h.Proc] = h.Cred
+		s.mu.Unlock()
+		var ok bool
+		res, ok = s.nlm(h.Proc, d)
+		if !ok {
+			rh.Accept = sunrpc.GarbageArgs
+		}
+	default:
+		rh.Accept = sunrpc.ProcUnavail
+	}
+	if d.Err() != nil {
+		rh.Accept, res = sunrpc.GarbageArgs, nil
+	}
+	return append(sunrpc.AppendReply(nil, &rh), res...)
+}
+
+func (s *Server) nlm(proc uint32, d *sunrpc.Decoder) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[proc]++
+	grace := time.Now().Before(s.graceUntil)
+	switch proc {
+	case nlm.ProcNull:
+		return nil, true
+	case nlm.ProcTest:
+		a := nlm.DecodeTestArgs(d)
+		r := nlm.TestRes{Cookie: a.Cookie}
+		switch c := s.conflict(string(a.Lock.FH), owner(&a.Lock), a.Lock.Start, a.Lock.End, a.Exclusive); {
+		case grace:
+			r.Stat = nlm.DeniedGracePeriod
+		case c != nil:
+			r.Stat = nlm.Denied
+			r.Holder = &nlm.Holder{Exclusive: c.Exclusive, Svid: c.Owner.Svid, Start: c.Start, End: c.End}
+		}
+		return nlm.AppendTestRes(nil, &r), true
+	case nlm.ProcLock:
+		a := nlm.DecodeLockArgs(d)
+		r := nlm.Res{Cookie: a.Cookie}
+		o := owner(&a.Lock)
+		fh := string(a.Lock.FH)
+		switch {
+		case grace != a.Reclaim:
+			r.Stat = nlm.DeniedGracePeriod
+		case s.conflict(fh, o, a.Lock.Start, a.Lock.End, a.Exclusive) != nil:
+			r.Stat = nlm.Denied
+			if a.Block {
+				r.Stat = nlm.Blocked
+				s.blocked[o] = a
+			}
+		default:
+			delete(s.blocked, o)
+			s.apply(fh, o, a.Lock.Start, a.Lock.End, a.Exclusive, false)
+			if a.Reclaim {
+				s.reclaims++
+			}
+		}
+		return nlm.AppendRes(nil, &r), true
+	case nlm.ProcCancel:
+		a := nlm.DecodeCancelArgs(d)
+		s.cancels++
+		o := owner(&a.Lock)
+		r := nlm.Res{Cookie: a.Cookie, Stat: nlm.Denied}
+		if _, ok := s.blocked[o]; ok {
+			delete(s.blocked, o)
+			r.Stat = nlm.Granted
+		}
+		return nlm.AppendRes(nil, &r), true
+	case nlm.ProcUnlock:
+		a := nlm.DecodeUnlockArgs(d)
+		r := nlm.Res{Cookie: a.Cookie}
+		if grace {
+			r.Stat = nlm.DeniedGracePeriod
+		} else {
+			s.apply(string(a.Lock.FH), owner(&a.Lock), a.Lock.Start, a.Lock.End, false, true)
+		}
+		return nlm.AppendRes(nil, &r), true
+	}
+	return nil, false
+}
+
+func owner(l *nlm.Lock) Owner { return Owner{Caller: l.CallerName, Svid: l.Svid} }
+
+// conflict returns a lock of another owner that overlaps and excludes.
+func (s *Server) conflict(fh string, o Owner, start, end uint64, excl bool) *HeldLock {
+	for i := range s.locks {
+		l := &s.locks[i]
+		if l.FH == fh && l.Owner != o && l.Start <= end && start <= l.End && (excl || l.Exclusive) {
+			c := *l
+			return &c
+		}
+	}
+	return nil
+}
+
+// apply sets [start, end] of o's locks on fh to one lock (or none).
+func (s *Server) apply(fh string, o Owner, start, end uint64, excl, unlock bool) {
+	var out []HeldLock
+	for _, l := range s.locks {
+		if l.FH != fh || l.Owner != o || l.End < start || l.Start > end {
+			out = append(out, l)
+			continue
+		}
+		if l.Start < start {
+			out = append(out, HeldLock{fh, o, l.Start, start - 1, l.Exclusive})
+		}
+		if l.End > end {
+			out = append(out, HeldLock{fh, o, end + 1, l.End, l.Exclusive})
+		}
+	}
+	if !unlock {
+		out = append(out, HeldLock{fh, o, start, end, excl})
+	}
+	s.locks = out
+}
+
+// String describes a lock, for test messages.
+func (l HeldLock) String() string {
+	t := "read"
+	if l.Exclusive {
+		t = "write"
+	}
+	return t + " " + strconv.FormatUint(l.Start, 10) + "-" + strconv.FormatUint(l.End, 10) + " svid " + strconv.Itoa(int(l.Owner.Svid))
+}
