@@ -13,7 +13,13 @@ import (
 var (
 	serverAddr = netip.MustParseAddr("10.99.0.1")
 	nfsRDMA    = netip.AddrPortFrom(serverAddr, 20049)
-	exportDir  = "/export"
+	// exportDir is exported with exports(5)'s defaults (secure,
+	// root_squash): root acts as nobody (65534) there, as on a stock server.
+	exportDir = "/export"
+	// insecureExportDir is exported insecure,no_root_squash, for the tests
+	// that need an ordinary source port or root acting as root.
+	insecureExportDir  = "/export-insecure"
+	insecureExportSpec = serverAddr.String() + ":" + insecureExportDir
 )
 
 func TestMain(m *testing.M) {

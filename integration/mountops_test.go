@@ -370,7 +370,10 @@ func TestMountOpsUserFstab(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.WriteFile("/etc/fstab", fstab, 0o644) })
-	line := fmt.Sprintf("%s %s nfsrdma proto=tcp,port=2049,user,noauto,noatime,_netdev 0 0\n", exportSpec, dir)
+	// The insecure export: a user's mount cannot bind a reserved port
+	// (nfsrdma-mount is not set-user-ID root as mount.nfs is), which a
+	// secure export requires.
+	line := fmt.Sprintf("%s %s nfsrdma proto=tcp,port=2049,user,noauto,noatime,_netdev 0 0\n", insecureExportSpec, dir)
 	if err := os.WriteFile("/etc/fstab", append(bytes.Clone(fstab), line...), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +397,7 @@ func TestMountOpsUserFstab(t *testing.T) {
 	}
 	// The user writes a script; noexec refuses to run it.
 	script := filepath.Join(dir, fmt.Sprintf("script-%d", os.Getpid()))
-	defer os.Remove(filepath.Join(exportDir, filepath.Base(script)))
+	defer os.Remove(filepath.Join(insecureExportDir, filepath.Base(script)))
 	if code, out := asUser(t, 1001, nil, "/bin/sh", "-c", `printf '#!/bin/sh\necho ran\n' > "$0" && chmod 755 "$0"`, script); code != 0 {
 		t.Fatalf("writing as uid 1001: %s", out)
 	}
@@ -403,11 +406,11 @@ func TestMountOpsUserFstab(t *testing.T) {
 	} else {
 		t.Logf("running a script on the noexec mount: %s", out)
 	}
-	if b, err := os.ReadFile(filepath.Join(exportDir, filepath.Base(script))); err != nil || !strings.Contains(string(b), "echo ran") {
+	if b, err := os.ReadFile(filepath.Join(insecureExportDir, filepath.Base(script))); err != nil || !strings.Contains(string(b), "echo ran") {
 		t.Errorf("the user's script on the server: %q %v", b, err)
 	}
 	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(exportDir, filepath.Base(script)), &st); err != nil || st.Uid != 1001 {
+	if err := syscall.Stat(filepath.Join(insecureExportDir, filepath.Base(script)), &st); err != nil || st.Uid != 1001 {
 		t.Errorf("the user's script is owned by %d on the server (%v), want 1001", st.Uid, err)
 	}
 	if code, out := asUser(t, 1001, nil, bin, "-u", dir); code != 0 || mountType(t, dir) != "" {
@@ -415,7 +418,7 @@ func TestMountOpsUserFstab(t *testing.T) {
 	}
 
 	// uid 1002 may not mount on uid 1001's directory: fusermount says why.
-	code, out = asUser(t, 1002, nil, bin, "-o", "proto=tcp,port=2049", exportSpec, dir)
+	code, out = asUser(t, 1002, nil, bin, "-o", "proto=tcp,port=2049", insecureExportSpec, dir)
 	t.Logf("uid 1002 on uid 1001's directory: exit %d: %s", code, out)
 	if code == 0 {
 		t.Fatal("uid 1002 mounted on a directory it cannot write")

@@ -57,7 +57,8 @@ type nfsConn struct {
 }
 
 type nfsDialOpts struct {
-	uid    uint32 // AUTH_SYS uid and gid; 0 is root
+	export string // default exportDir
+	uid    uint32 // AUTH_SYS uid and gid; 0 is root (nobody on exportDir)
 	client nfs3.ClientOptions
 	// wrap, when set, wraps the transport the client uses.
 	wrap func(sunrpc.Transport) sunrpc.Transport
@@ -84,10 +85,14 @@ func dialNFS3(t *testing.T, kind string, o nfsDialOpts) *nfsConn {
 	if err != nil {
 		t.Fatalf("MOUNT over TCP: %v", err)
 	}
-	mr, err := m.Mnt(ctx, exportDir)
+	export := exportDir
+	if o.export != "" {
+		export = o.export
+	}
+	mr, err := m.Mnt(ctx, export)
 	m.Close()
 	if err != nil {
-		t.Fatalf("MNT %s: %v", exportDir, err)
+		t.Fatalf("MNT %s: %v", export, err)
 	}
 	n := &nfsConn{kind: kind, root: mr.FH}
 	var tr sunrpc.Transport
@@ -139,7 +144,13 @@ func dialNFS3(t *testing.T, kind string, o nfsDialOpts) *nfsConn {
 // the end of the test, and returns its path on the server.
 func exportSubdir(t *testing.T, name string) string {
 	t.Helper()
-	p := filepath.Join(exportDir, name)
+	return exportSubdirOf(t, exportDir, name)
+}
+
+// exportSubdirOf is exportSubdir in export.
+func exportSubdirOf(t *testing.T, export, name string) string {
+	t.Helper()
+	p := filepath.Join(export, name)
 	os.RemoveAll(p)
 	if err := os.Mkdir(p, 0o777); err != nil {
 		t.Fatal(err)
@@ -190,13 +201,14 @@ func forEachTransport(t *testing.T, test func(t *testing.T, kind string)) {
 }
 
 // TestNFS3Procedures calls each of the 22 NFSv3 procedures (RFC 1813 §3.3)
-// and checks its effect on the server's file system.
+// and checks its effect on the server's file system. It runs as root on the
+// no_root_squash export: MKNOD of a character device needs root there.
 func TestNFS3Procedures(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, kind string) {
-		n := dialNFS3(t, kind, nfsDialOpts{})
+		n := dialNFS3(t, kind, nfsDialOpts{export: insecureExportDir})
 		ctx := ctxT(t, 180*time.Second)
 		name := "procs-" + kind
-		host := exportSubdir(t, name)
+		host := exportSubdirOf(t, insecureExportDir, name)
 		c := n.c
 		must := func(err error) {
 			t.Helper()

@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -81,32 +82,26 @@ func mustRun(t *testing.T, name string, args ...string) {
 	}
 }
 
-// TestNFS3ResvPort: an export with "secure" (exports(5)'s default) is
-// mounted by nfs3.Mount's defaults as root (MOUNT and NFS over TCP from
-// reserved ports) and refused with NoResvPort.
+// TestNFS3ResvPort: the bed's main export has "secure" (exports(5)'s
+// default): it is mounted by nfs3.Mount's defaults as root (MOUNT and NFS
+// over TCP from reserved ports) and refused with NoResvPort, which the
+// insecure export accepts.
 func TestNFS3ResvPort(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("the guest runs the suite as root")
 	}
-	const secure = "/export-secure"
-	if err := os.MkdirAll(secure, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mustRun(t, "mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", secure)
-	t.Cleanup(func() { exec.Command("umount", secure).Run() })
-	mustRun(t, "exportfs", "-o", "rw,secure,no_root_squash,no_subtree_check,fsid=2", "*:"+secure)
-	t.Cleanup(func() { exec.Command("exportfs", "-u", "*:"+secure).Run() })
-
 	ctx := ctxT(t, 3*time.Minute)
-	tgt := mountTarget(t, ctx, overTCP, secure, nfs3.MountOptions{})
-	if _, err := tgt.Mkdir(ctx, "/made", 0o755); err != nil {
+	tgt := mountTarget(t, ctx, overTCP, exportDir, nfs3.MountOptions{})
+	made := fmt.Sprintf("/resvport-%d", os.Getpid())
+	if _, err := tgt.Mkdir(ctx, made, 0o755); err != nil {
 		t.Fatalf("MKDIR on the secure export from a reserved port: %v", err)
 	}
-	if fi, err := os.Stat(secure + "/made"); err != nil || !fi.IsDir() {
+	defer os.Remove(exportDir + made)
+	if fi, err := os.Stat(exportDir + made); err != nil || !fi.IsDir() {
 		t.Errorf("on the server: %v, %v", fi, err)
 	}
 
-	_, err := nfs3.Mount(ctx, serverAddr.String(), secure, &nfs3.MountOptions{NoResvPort: true})
+	_, err := nfs3.Mount(ctx, serverAddr.String(), exportDir, &nfs3.MountOptions{NoResvPort: true})
 	if err == nil {
 		t.Fatal("noresvport: the secure export was mounted from an ordinary port")
 	}
@@ -115,8 +110,8 @@ func TestNFS3ResvPort(t *testing.T) {
 	if !errors.As(err, &ms) || !errors.Is(err, fs.ErrPermission) {
 		t.Errorf("noresvport refusal: %v, want MNT3ERR_ACCES or _PERM", err)
 	}
-	// The bed's main export is "insecure": an ordinary port is fine there.
-	ins := mountTarget(t, ctx, overTCP, exportDir, nfs3.MountOptions{NoResvPort: true})
+	// The insecure export takes an ordinary port.
+	ins := mountTarget(t, ctx, overTCP, insecureExportDir, nfs3.MountOptions{NoResvPort: true})
 	if _, err := ins.Stat("."); err != nil {
 		t.Errorf("noresvport on the insecure export: %v", err)
 	}

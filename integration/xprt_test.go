@@ -84,6 +84,10 @@ func serverFile(t *testing.T, name string, n int) []byte {
 	if err := os.WriteFile(filepath.Join(exportDir, name), data, 0o666); err != nil {
 		t.Fatal(err)
 	}
+	// Past the umask: root is nobody on the export and writes some of them.
+	if err := os.Chmod(filepath.Join(exportDir, name), 0o666); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { os.Remove(filepath.Join(exportDir, name)) })
 	return data
 }

@@ -1,8 +1,9 @@
 // Package testbed builds and boots the nfsrdma test bed: a Debian bookworm
 // guest (kernel 6.1 with rdma_rxe, nfsd and svcrdma) run under qemu's TCG
 // emulation, with Soft-RoCE (rxe0 on dummy0, 10.99.0.1/24, MTU 9000) and
-// the Linux NFS server exporting a tmpfs at /export over tcp 2049 and
-// rdma 20049. Host-built binaries reach the guest over a 9p share.
+// the Linux NFS server exporting a tmpfs at /export (secure, root_squash)
+// and another at /export-insecure (insecure, no_root_squash) over tcp 2049
+// and rdma 20049. Host-built binaries reach the guest over a 9p share.
 //
 // The host kernel of the machines this project runs on has no RDMA and no
 // NFS, and its KVM cannot run stock kernels, so every claim about real RDMA
@@ -57,8 +58,15 @@ var guestInit string
 //go:embed guest/nfsd-restart
 var nfsdRestart string
 
-// exportsLine is the guest's /etc/exports.
-const exportsLine = "/export *(rw,no_root_squash,no_subtree_check,insecure,fsid=1)\n"
+// exportsLine is the guest's /etc/exports. The main export, /export, has
+// exports(5)'s defaults (secure: MOUNT and NFS over TCP from reserved ports
+// only; root_squash: root acts as nobody, 65534), so every test sees what
+// users see. /export-insecure (insecure, no_root_squash) is for the few
+// tests that need what a default export refuses: a client on an ordinary
+// source port (noresvport), and root acting as root on the server (a
+// library client that sets any owner with SETATTR).
+const exportsLine = "/export *(rw,secure,root_squash,no_subtree_check,fsid=1)\n" +
+	"/export-insecure *(rw,insecure,no_root_squash,no_subtree_check,fsid=2)\n"
 
 // Key is the hash of everything that defines the guest image. A cached
 // image is reused only when its key matches.

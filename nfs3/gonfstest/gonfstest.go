@@ -1,9 +1,15 @@
-// Package gonfstest is the in-process NFSv3 server of the tests: go-nfs
-// (github.com/willscott/go-nfs) serving MemFS, an in-memory file system with
-// what go-nfs needs of a POSIX one. It serves MOUNT and NFS on one TCP port
-// (Start, Serve), and MemFS also backs the RPC-over-RDMA server of the
-// simulated fabric (xprttest.NewNFSHandler). It does not import nfs3, so that
-// nfs3's own tests can use it.
+// Package gonfstest is the in-process NFSv3 server of the tests, the one
+// go-nfs fixture of the repository: go-nfs (github.com/willscott/go-nfs)
+// serving MemFS, an in-memory file system with what go-nfs needs of a POSIX
+// one, or DiskFS, a directory of the host. It serves MOUNT and NFS on one TCP
+// port (Start, StartFS, Serve) or one RPC message at a time (RPCServer, behind
+// the RPC-over-RDMA server of the simulated fabric: xprttest.NewNFSHandler).
+// It does not import nfs3, so that nfs3's own tests can use it.
+//
+// go-nfs v0.0.4's own limits: handles name paths (a rename or remove makes
+// the old handle stale), LINK decodes its arguments as SYMLINK's and fails,
+// MKNOD creates nothing for a character device, REMOVE and RMDIR answer
+// NFS3ERR_IO for a non-empty directory, every WRITE is FILE_SYNC.
 package gonfstest
 
 import (
@@ -353,10 +359,16 @@ func (f *memFile) Truncate(size int64) error {
 	return f.f.Truncate(size)
 }
 
+// handleCache is how many file handles the handler remembers: more than any
+// test makes.
+const handleCache = 1 << 20
+
 // Handler returns go-nfs's handler for fsys: any credential accepted
-// (helpers.NewNullAuthHandler), handles cached.
+// (helpers.NewNullAuthHandler), handles cached. SETATTR, MKNOD and LINK
+// work when fsys is a billy.Change (and a UnixChange), as MemFS and DiskFS
+// are.
 func Handler(fsys billy.Filesystem) gonfs.Handler {
-	return helpers.NewCachingHandler(helpers.NewNullAuthHandler(fsys), 1<<16)
+	return helpers.NewCachingHandler(helpers.NewNullAuthHandler(fsys), handleCache)
 }
 
 // Serve serves MOUNT and NFS for fsys on ln until stop, which closes ln and
@@ -375,7 +387,7 @@ func Serve(ln net.Listener, fsys billy.Filesystem) (stop func()) {
 
 // Server is a go-nfs server on 127.0.0.1.
 type Server struct {
-	FS   *MemFS
+	FS   *MemFS // what Start serves; nil after StartFS
 	Host string
 	Port int // MOUNT and NFS
 }
@@ -386,15 +398,23 @@ func (s *Server) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(s.
 // Start serves a new MemFS on a free port of 127.0.0.1 until the test ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	fsys := NewMemFS()
+	s := StartFS(tb, fsys)
+	s.FS = fsys
+	return s
+}
+
+// StartFS serves fsys on a free port of 127.0.0.1 until the test ends.
+func StartFS(tb testing.TB, fsys billy.Filesystem) *Server {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fsys := NewMemFS()
 	tb.Cleanup(Serve(ln, fsys))
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
 	p, _ := strconv.Atoi(port)
-	return &Server{FS: fsys, Host: host, Port: p}
+	return &Server{Host: host, Port: p}
 }
 
 // Quiet silences go-nfs's package-level logger (call it from TestMain).
