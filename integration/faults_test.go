@@ -793,7 +793,13 @@ func TestFaultsSilentServer(t *testing.T) {
 	sub := "faults-silent"
 	sdir := exportSubdir(t, sub)
 	serverFile(t, "faults-silent-probe", 4096)
-	if err := os.WriteFile(filepath.Join(sdir, "never-read"), randBytes(1<<20), 0o644); err != nil {
+	// The file the killed cat reads lives in a directory of its own: the
+	// dd's below create their files in sub, and a create waiting on a
+	// silent server holds its directory's lock, on which another
+	// process's first lookup in that directory sleeps uninterruptibly in
+	// the VFS (as on the kernel's own NFS mount) before any FUSE request.
+	kdir := exportSubdir(t, sub+"-kill")
+	if err := os.WriteFile(filepath.Join(kdir, "never-read"), randBytes(1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	src := filepath.Join(t.TempDir(), "src")
@@ -817,6 +823,9 @@ func TestFaultsSilentServer(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(smnt, "faults-silent-probe")); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat(filepath.Join(hmnt, sub+"-kill", "never-read")); err != nil {
+		t.Fatal(err)
+	}
 	lw := libWriteStream(hard, dir, sdir, "lw")
 	base := hard.snapshot()
 	r := startWorkloads(lw)
@@ -838,7 +847,7 @@ func TestFaultsSilentServer(t *testing.T) {
 	t.Logf("knfsd stopped in %v", time.Since(t0).Round(time.Millisecond))
 	hardDD, hardDone := ddChild(src, filepath.Join(hmnt, sub, "dd-hard"))
 	killDD, killDone := ddChild(src, filepath.Join(hmnt, sub, "dd-killed"))
-	catCmd := exec.Command("cat", filepath.Join(hmnt, sub, "never-read"))
+	catCmd := exec.Command("cat", filepath.Join(hmnt, sub+"-kill", "never-read"))
 	catDone := make(chan error, 1)
 	if err := catCmd.Start(); err != nil {
 		catDone <- err
