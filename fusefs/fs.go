@@ -230,7 +230,13 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		// Direct I/O (O_DIRECT) from an asynchronous submitter (libaio,
 		// io_uring) reaches the server as concurrent requests, pipelined
 		// over the transport, instead of one request at a time.
-		ExtraCapabilities: fuse.CAP_ASYNC_DIO,
+		//
+		// Clearing set-user-ID and set-group-ID on a write or truncate is
+		// left to the server (HANDLE_KILLPRIV_V2), as the kernel's NFS
+		// client leaves it to knfsd: without it the FUSE kernel sends its
+		// own SETATTR of the mode first, as the writer, which the server
+		// refuses for a non-owner (EPERM from write(2)).
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2,
 		DirectMount:       mc.DirectMount,
 		DirectMountStrict: mc.DirectMountStrict,
 		Debug:             mc.Debug,
