@@ -60,6 +60,41 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
 // the OPEN right after the LOOKUP of the same path walk.
 const lookupFresh = time.Second
 
+// rootAccess asks the server whether root may open the file as flags ask:
+// the kernel lets root (CAP_DAC_OVERRIDE) past its local permission check
+// (default_permissions), but a server that squashes root (exports(5)'s
+// default) treats it as nobody, so the open must fail here, as the kernel
+// client's ACCESS makes it fail, rather than at the first READ or WRITE.
+func (n *node) rootAccess(ctx context.Context, flags uint32) syscall.Errno {
+	var want uint32
+	switch flags & syscall.O_ACCMODE {
+	case syscall.O_RDONLY:
+		want = nfs3.AccessRead
+	case syscall.O_WRONLY:
+		want = nfs3.AccessModify
+	default:
+		want = nfs3.AccessRead | nfs3.AccessModify
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		want |= nfs3.AccessModify
+	}
+	var r nfs3.AccessResult
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Access(ctx, fh, want)
+		return err
+	})
+	if err != nil {
+		n.forgetIfStale(err)
+		return toErrno(err)
+	}
+	// (Its attributes are left to the open's own revalidation, which
+	// decides from them whether cached data is still good.)
+	if r.Access&want != want {
+		return syscall.EACCES
+	}
+	return 0
+}
+
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
 // revalidates the file; the kernel keeps its cached pages only if the file
 // did not change since, else its cached attributes are dropped as well.
@@ -76,10 +111,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
 		return nil, 0, syscall.EROFS
+	}
+	if caller != nil && caller.Uid == 0 && n.fsys.opts.CallerIdentity {
+		if errno := n.rootAccess(ctx, flags); errno != 0 {
+			return nil, 0, errno
+		}
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()

@@ -382,35 +382,16 @@ func pcRun(c pcCase, srv, mnt string) string {
 // reason. A listed pattern that no longer differs fails the test: remove it.
 var posixKnownDiffs = func() map[string]string {
 	// Root is nobody on the export. The kernel's client asks the server
-	// (ACCESS) whether root may open a file or search a directory; FUSE's
-	// default_permissions lets root (CAP_DAC_OVERRIDE) through locally, so on
-	// nfsrdma-mount open(2) succeeds and the READ or WRITE fails (EACCES from
-	// read(2), or from close(2) for a write behind), and root's lstat of a
-	// name in a directory it may not search is answered from the FUSE entry
-	// and attribute caches instead of EACCES.
-	const rootBypass = "root passes default_permissions locally though the server squashes it to nobody: open(2) succeeds where the kernel's ACCESS refuses it, cached names are visible in a directory root may not search"
-	// A write or truncate by a user other than the owner (without
-	// CAP_FSETID) of a set-user-ID file: the kernel's NFS client leaves
-	// clearing the set-user-ID and set-group-ID bits to the server, which
-	// does it on WRITE and keeps them on a SETATTR of the size. The FUSE
-	// kernel module (no FUSE_HANDLE_KILLPRIV_V2 negotiated) sends its own
-	// SETATTR of the mode first, as the writer, which the server refuses
-	// (EPERM from write(2) or truncate(2), the size already changed), or as
-	// the owner, which clears bits the kernel's mount keeps.
-	const killSUID = "the FUSE kernel's own SETATTR clearing set-user-ID on write/truncate (no FUSE_HANDLE_KILLPRIV_V2): EPERM for a non-owner, bits cleared the kernel's mount keeps for the owner"
-	m := map[string]string{
-		"*/d0700/owner":     rootBypass,
-		"write-suid/member": killSUID,
-		"write-suid/other":  killSUID,
-		"truncate-suid/*":   killSUID,
+	// (ACCESS) whether root may search a directory; FUSE's
+	// default_permissions lets root (CAP_DAC_OVERRIDE) through locally, so
+	// root's lstat of a name in a directory it may not search is answered
+	// from the FUSE entry and attribute caches instead of EACCES. (Opens
+	// by root ask the server, as the kernel's client does: see
+	// fusefs's rootAccess.)
+	const rootBypass = "root passes default_permissions locally though the server squashes it to nobody: cached names are visible in a directory root may not search"
+	return map[string]string{
+		"*/d0700/owner": rootBypass,
 	}
-	for _, mode := range []string{"0000", "0600", "0060", "0222"} {
-		m["read/"+mode+"/root"] = rootBypass
-	}
-	for _, mode := range []string{"0000", "0600", "0060", "0644", "0444"} {
-		m["write/"+mode+"/root"] = rootBypass
-	}
-	return m
 }()
 
 // TestPosixCompare runs the cases on the kernel's mount and on
