@@ -1534,6 +1534,21 @@ func TestFaultsSoak(t *testing.T) {
 			return nil
 		}},
 	}
+	if length < 5*time.Minute {
+		// The short soak of `make test` leaves out the faults that stop
+		// knfsd: on this bed `rpc.nfsd` sometimes hangs in the kernel when
+		// knfsd is stopped or started under RDMA load (seen in 2 of about
+		// 6 long soaks), which would stall the whole suite. The dedicated
+		// tests (TestFaultsKnfsdRestart, TestFaultsSilentServer) inject
+		// them once each under load; `make soak` injects them at random.
+		short := fs[:0]
+		for _, f := range fs {
+			if f.Name != "knfsd restart" && !strings.HasPrefix(f.Name, "silent server") {
+				short = append(short, f)
+			}
+		}
+		fs = short
+	}
 	type stat struct {
 		n        int
 		worst    time.Duration
