@@ -410,17 +410,21 @@ func (l *Locker) cancelBlocked(o *owner, a *LockArgs) {
 	l.log.Debug("blocked lock cancelled", "svid", a.Lock.Svid, "stat", res.Stat)
 }
 
-// Unlock releases [start, end] of owner id's locks on fh (F_UNLCK).
-func (l *Locker) Unlock(ctx context.Context, fh []byte, id uint64, start, end uint64) error {
+// heldOwner returns owner id if it has asked for locks on fh, else nil.
+func (l *Locker) heldOwner(fh []byte, id uint64) *owner {
 	l.mu.Lock()
-	f := l.files[string(fh)]
-	var o *owner
-	if f != nil {
+	defer l.mu.Unlock()
+	if f := l.files[string(fh)]; f != nil {
 		if _, ok := f.held[id]; ok {
-			o = l.owners[id]
+			return l.owners[id]
 		}
 	}
-	l.mu.Unlock()
+	return nil
+}
+
+// Unlock releases [start, end] of owner id's locks on fh (F_UNLCK).
+func (l *Locker) Unlock(ctx context.Context, fh []byte, id uint64, start, end uint64) error {
+	o := l.heldOwner(fh, id)
 	if o == nil {
 		return nil // nothing asked for here: nothing to give back
 	}
@@ -483,15 +487,7 @@ func (l *Locker) Asked(fh []byte) bool {
 // whole file is unlocked, so that a lock granted after its caller gave up
 // goes too.
 func (l *Locker) ReleaseOwner(ctx context.Context, fh []byte, id uint64) error {
-	l.mu.Lock()
-	f := l.files[string(fh)]
-	var o *owner
-	if f != nil {
-		if _, ok := f.held[id]; ok {
-			o = l.owners[id]
-		}
-	}
-	l.mu.Unlock()
+	o := l.heldOwner(fh, id)
 	if o == nil {
 		return nil
 	}
