@@ -35,6 +35,16 @@ func (r *Registry) Detach() error {
 	if n := len(r.active); n > 0 {
 		return fmt.Errorf("%w: %d", ErrBusy, n)
 	}
+	err := r.releaseDeviceLocked()
+	r.pd = nil
+	r.c.Detaches++
+	return err
+}
+
+// releaseDeviceLocked closes every window and every I/O buffer's MR,
+// keeping the buffers' memory: what Detach releases, and what a failed
+// Attach undoes.
+func (r *Registry) releaseDeviceLocked() error {
 	var errs []error
 	for i, w := range r.slots {
 		if w == nil {
@@ -59,8 +69,6 @@ func (r *Registry) Detach() error {
 		}
 		b.mr = nil
 	}
-	r.pd = nil
-	r.c.Detaches++
 	return errors.Join(errs...)
 }
 
@@ -83,24 +91,7 @@ func (r *Registry) Attach(pd verbs.PD, attr verbs.DeviceAttr) error {
 	if r.mode == ModeWindows && !attr.Has(verbs.CapMemWindow2) {
 		return fmt.Errorf("frwr: Attach: device %s has no type-2 memory windows and the registry is in %v mode", attr.Name, r.mode)
 	}
-	undo := func(err error) error {
-		var errs []error
-		for i, w := range r.slots {
-			if w != nil {
-				errs = append(errs, w.mw.Close())
-				r.slots[i] = nil
-			}
-		}
-		r.freeWins = r.freeWins[:0]
-		clear(r.byIndex)
-		for _, b := range r.buffers {
-			if b.mr != nil {
-				errs = append(errs, b.mr.Close())
-				b.mr = nil
-			}
-		}
-		return errors.Join(append([]error{err}, errs...)...)
-	}
+	undo := func(err error) error { return errors.Join(err, r.releaseDeviceLocked()) }
 	access := r.bufferAccess()
 	for i, b := range r.buffers {
 		mr, err := pd.RegMR(b.mem, access)
