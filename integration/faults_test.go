@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,14 +87,16 @@ func shell(name string, args ...string) error {
 	case err = <-done:
 	case <-time.After(2 * time.Minute):
 		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
+		// Every blocked task's stack to the kernel log (and so the console).
+		os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
 		cmd.Process.Kill()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
 		}
 		dmesg, _ := exec.Command("dmesg").CombinedOutput()
-		if len(dmesg) > 4096 {
-			dmesg = dmesg[len(dmesg)-4096:]
+		if len(dmesg) > 32<<10 {
+			dmesg = dmesg[len(dmesg)-32<<10:]
 		}
 		return fmt.Errorf("%s %s: still running after 2 minutes; its kernel stack:\n%s\ndmesg:\n%s", name, strings.Join(args, " "), stack, dmesg)
 	}
@@ -1549,6 +1552,23 @@ func TestFaultsSoak(t *testing.T) {
 		}
 		fs = short
 	}
+	// $NFSRDMA_SOAK_FAULTS (a regular expression) keeps only the faults
+	// whose names it matches, to reproduce one of them many times.
+	if re := os.Getenv("NFSRDMA_SOAK_FAULTS"); re != "" {
+		keep, err := regexp.Compile(re)
+		if err != nil {
+			t.Fatalf("NFSRDMA_SOAK_FAULTS: %v", err)
+		}
+		only := fs[:0]
+		for _, f := range fs {
+			if keep.MatchString(f.Name) {
+				only = append(only, f)
+			}
+		}
+		if fs = only; len(fs) == 0 {
+			t.Fatalf("NFSRDMA_SOAK_FAULTS=%q matches no fault", re)
+		}
+	}
 	type stat struct {
 		n        int
 		worst    time.Duration
@@ -1565,6 +1585,15 @@ func TestFaultsSoak(t *testing.T) {
 		}
 	}
 	d := &faults.Driver{Faults: fs, Min: 20 * time.Second, Max: 60 * time.Second}
+	if p := os.Getenv("NFSRDMA_SOAK_PAUSE"); p != "" { // "min-max", two Go durations
+		lo, hi, _ := strings.Cut(p, "-")
+		var err1, err2 error
+		d.Min, err1 = time.ParseDuration(lo)
+		d.Max, err2 = time.ParseDuration(hi)
+		if err1 != nil || err2 != nil || d.Max < d.Min {
+			t.Fatalf("NFSRDMA_SOAK_PAUSE=%q: want min-max such as 5s-15s", p)
+		}
+	}
 	dctx, stopSoak := context.WithTimeout(context.Background(), length)
 	hung := false
 	d.OnStart = func(name string) { t.Logf("soak: injecting %s", name) }
