@@ -102,6 +102,10 @@ type FS struct {
 	// (set by MountWith when the kernel keeps the locks itself).
 	noFlushReads atomic.Bool
 
+	// shared: other users than the mounting one may enter the mount
+	// (allow_other; set by NewRawFS). See private.go.
+	shared bool
+
 	watches watchList // requests in flight, for interrupts (callCtx)
 	now     func() time.Time
 }

@@ -73,6 +73,13 @@ type node struct {
 	// A directory's entries as its last READDIRPLUS pages brought them,
 	// by name, for the LOOKUPs that follow a listing (see takePlus).
 	plus map[string]plusEntry
+
+	// In a private directory (see private.go): until when the name under
+	// which this node was last given to the kernel is trusted by this
+	// mount (the kernel itself is told 0), and, for the directory, what
+	// the server last said of root's search permission.
+	entryUntil time.Time
+	rootSearch rootVerdict
 }
 
 // plusEntry is one entry of a READDIRPLUS reply.
@@ -283,6 +290,15 @@ func (n *node) entryOut(child *node, out *fuse.EntryOut) {
 	if n.fsys.opts.LookupCache == LookupCacheNone {
 		dirTimeo = 0 // every path walk asks the server
 	}
+	if n.private() {
+		// The kernel's entry expires at once, so that every path walk
+		// through n comes to Lookup with its caller; this mount trusts
+		// it for the usual time (see private.go).
+		child.mu.Lock()
+		child.entryUntil = n.fsys.now().Add(dirTimeo)
+		child.mu.Unlock()
+		dirTimeo = 0
+	}
 	out.SetEntryTimeout(dirTimeo)
 }
 
@@ -323,8 +339,25 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
-	if left, ok := n.knownAbsent(name); ok {
+	priv, asRoot := false, false
+	if n.private() {
+		priv = true
+		if caller, ok := fuse.FromContext(ctx); ok && caller.Uid == 0 {
+			asRoot = true
+		}
+		var c *fs.Inode
+		var errno syscall.Errno
+		var done bool
+		c, errno, asRoot, done = n.privateLookup(name, asRoot, out)
+		if done {
+			return c, errno
+		}
+	}
+	if left, ok := n.knownAbsent(name); ok && !asRoot {
 		// This mount knows every name of the directory (see names.go).
+		if priv {
+			left = 0
+		}
 		out.SetEntryTimeout(left)
 		return nil, syscall.ENOENT
 	}
@@ -333,7 +366,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	if e, ok := n.takePlus(name); ok {
+	if e, ok := n.takePlus(name); ok && !asRoot {
 		// READDIRPLUS just answered it (ls -l, a shell's glob): no
 		// LOOKUP. An open that follows takes these attributes as its
 		// revalidation as it would a LOOKUP's, by their age (lookupAt
@@ -351,15 +384,22 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return err
 	})
 	n.setAttr(r.DirAttr)
+	if asRoot {
+		n.learnRootSearch(err)
+	}
 	if err != nil {
 		if errno := toErrno(err); errno != syscall.ENOENT {
 			return nil, errno
 		}
 		// A negative entry, trusted as long as the directory
-		// (lookupcache=all).
+		// (lookupcache=all); by the kernel not at all in a private
+		// directory (this mount keeps it: knownAbsent).
 		if n.fsys.negativeCache() {
 			n.sawMissing(name)
 			_, dirTimeo := n.cached()
+			if priv {
+				dirTimeo = 0
+			}
 			out.SetEntryTimeout(dirTimeo)
 		}
 		return nil, syscall.ENOENT
@@ -455,11 +495,17 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return toErrno(err)
 		}
 	}
+	wasPrivate := n.private()
 	var w nfs3.WccData
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
 		w, err = n.fsys.c.Setattr(ctx, fh, s, nil)
 		return err
 	})
+	defer func() {
+		if s.Mode != nil && !wasPrivate && n.private() {
+			go n.expireEntries()
+		}
+	}()
 	if truncate {
 		n.dataGen.Add(1)
 	}

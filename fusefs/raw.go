@@ -111,6 +111,7 @@ type rawFS struct {
 // NewRawFS returns the raw FUSE file system to serve f with go-fuse's
 // fuse.NewServer, for the options fo (from FUSEOptions).
 func (f *FS) NewRawFS(fo *fs.Options) fuse.RawFileSystem {
+	f.shared = fo.MountOptions.AllowOther
 	return &rawFS{RawFileSystem: fs.NewNodeFS(f.root, fo), e: &f.events}
 }
 

@@ -33,13 +33,27 @@ type recorder struct {
 	sunrpc.Transport
 	mu    sync.Mutex
 	calls []sentCall
+	// refuse, if set, picks calls answered NFS3ERR_ACCES (with no
+	// post-op attributes) instead of being sent, as a squashing server
+	// answers them.
+	refuse func(sentCall) bool
 }
 
 func (r *recorder) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
 	if c, ok := parseCall(req); ok {
 		r.mu.Lock()
 		r.calls = append(r.calls, c)
+		refuse := r.refuse
 		r.mu.Unlock()
+		if refuse != nil && refuse(c) {
+			// xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS;
+			// NFS3ERR_ACCES (13) and no attributes.
+			var b []byte
+			for _, w := range []uint32{req.XID, 1, 0, 0, 0, 0, 13, 0} {
+				b = binary.BigEndian.AppendUint32(b, w)
+			}
+			return sunrpc.NewReply(b, nil, nil), nil
+		}
 	}
 	return r.Transport.RoundTrip(ctx, req)
 }

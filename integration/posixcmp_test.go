@@ -380,19 +380,15 @@ func pcRun(c pcCase, srv, mnt string) string {
 // posixKnownDiffs are the cases where nfsrdma-mount is known to differ from
 // the kernel's mount, by pattern (path.Match on the case name), with the
 // reason. A listed pattern that no longer differs fails the test: remove it.
-var posixKnownDiffs = func() map[string]string {
-	// Root is nobody on the export. The kernel's client asks the server
-	// (ACCESS) whether root may search a directory; FUSE's
-	// default_permissions lets root (CAP_DAC_OVERRIDE) through locally, so
-	// root's lstat of a name in a directory it may not search is answered
-	// from the FUSE entry and attribute caches instead of EACCES. (Opens
-	// by root ask the server, as the kernel's client does: see
-	// fusefs's rootAccess.)
-	const rootBypass = "root passes default_permissions locally though the server squashes it to nobody: cached names are visible in a directory root may not search"
-	return map[string]string{
-		"*/d0700/owner": rootBypass,
-	}
-}()
+var posixKnownDiffs = map[string]string{
+	// None. Root's lstat of a name in a directory root may not search
+	// (d0700, squashed to nobody) used to be answered from FUSE's entry
+	// and attribute caches, since default_permissions lets root
+	// (CAP_DAC_OVERRIDE) through locally; fusefs now gives the kernel
+	// the names of such directories with no entry timeout on allow_other
+	// mounts, and answers root's walks there by what the server says
+	// (fusefs/private.go).
+}
 
 // TestPosixCompare runs the cases on the kernel's mount and on
 // nfsrdma-mount's, over RDMA, of the bed's root_squash export, and fails
