@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,9 @@ type openFile struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	locks  fileLocks // flock owners (lock.go)
+	// lost: a lock taken through this open file was lost across a server
+	// restart; its I/O fails with EIO until it is closed (lock.go).
+	lost, lostLogged atomic.Bool
 }
 
 var (
@@ -209,6 +213,9 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // reader, else pipelined READs (RFC 1813 §3.3.6) of rsize straight into the
 // kernel's buffer.
 func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if f.lost.Load() {
+		return nil, f.lostIO("read")
+	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	// The reader sees its own writes: those written behind land first.
@@ -237,6 +244,9 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // the next write, flush (close) or fsync; reads, SETATTR and COMMIT of the
 // file wait for it first.
 func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if f.lost.Load() {
+		return 0, f.lostIO("write")
+	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	n := f.n
@@ -617,6 +627,9 @@ func (f *openFile) Flush(ctx context.Context) syscall.Errno {
 
 // Fsync implements fs.FileFsyncer.
 func (f *openFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if f.lost.Load() {
+		return f.lostIO("fsync") // its lock was lost (lock.go)
+	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	return toErrno(f.n.commitDirty(ctx))
@@ -639,6 +652,7 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 		}
 	}
 	n.mu.Unlock()
+	n.fsys.lockers.forget(f)
 	f.releaseLocks(last)
 	if !last {
 		return 0

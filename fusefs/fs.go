@@ -107,6 +107,7 @@ type FS struct {
 	shared bool
 
 	watches watchList // requests in flight, for interrupts (callCtx)
+	lockers lockFiles // the open files each lock owner locked through (lock.go)
 	now     func() time.Time
 }
 
@@ -164,6 +165,9 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 		f.nameMax = pc.NameMax
 	}
 	f.creds = newCredCache()
+	if o.Locker != nil {
+		o.Locker.OnLost(f.lockLost)
+	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.root = &node{fsys: f, fh: root}
 	f.root.attrs.update(a, f.now(), o.AcDirMin, o.AcDirMax)

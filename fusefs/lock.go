@@ -34,6 +34,15 @@ import (
 //   - F_SETLKW waits until the server grants the lock; a signal interrupts
 //     the wait (EINTR, which the kernel restarts for an SA_RESTART
 //     handler), and the server's queued request is cancelled.
+//   - A lock the server lost in a restart and that could not be
+//     reclaimed (another client took it, or its grace period was missed:
+//     nlm.Locker.OnLost) makes the open files through which its owner
+//     locked the file fail read, write and fsync with EIO until they are
+//     closed, as the Linux client does (nfs.recover_lost_locks=false, its
+//     default): the process learns that what it protected may have been
+//     changed by another. The file's cached pages are dropped, so that
+//     reads reach the file system. Other open files of the file, and a new
+//     open, are not affected.
 //   - Options.LocalPosix and LocalFlock (nfs(5) local_lock=posix, flock,
 //     all) leave that kind to the kernel, local to this machine, as does a
 //     nil Locker (nolock) for both.
@@ -43,6 +52,71 @@ var (
 	_ fs.FileSetlker  = (*openFile)(nil)
 	_ fs.FileSetlkwer = (*openFile)(nil)
 )
+
+// lockFiles are the open files through which each lock owner asked for a
+// lock, for the EIO of a lost lock.
+type lockFiles struct {
+	mu sync.Mutex
+	m  map[uint64]map[*openFile]struct{}
+}
+
+// add records that owner asked for a lock through f.
+func (l *lockFiles) add(owner uint64, f *openFile) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[uint64]map[*openFile]struct{}{}
+	}
+	fs := l.m[owner]
+	if fs == nil {
+		fs = map[*openFile]struct{}{}
+		l.m[owner] = fs
+	}
+	fs[f] = struct{}{}
+}
+
+// forget drops f (released).
+func (l *lockFiles) forget(f *openFile) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for owner, fs := range l.m {
+		if _, ok := fs[f]; ok {
+			delete(fs, f)
+			if len(fs) == 0 {
+				delete(l.m, owner)
+			}
+		}
+	}
+}
+
+// lockLost marks the open files of fh through which owner locked it: their
+// I/O fails with EIO until they are closed (nlm.Locker.OnLost).
+func (f *FS) lockLost(fh []byte, owner uint64) {
+	f.lockers.mu.Lock()
+	var marked []*openFile
+	for of := range f.lockers.m[owner] {
+		if bytes.Equal(of.n.handle(), fh) {
+			of.lost.Store(true)
+			marked = append(marked, of)
+		}
+	}
+	f.lockers.mu.Unlock()
+	f.log.Warn("lock lost across a server restart: read, write and fsync of the open files that held it fail with EIO until closed",
+		"owner", owner, "files", len(marked))
+	for _, of := range marked {
+		// Reads from the kernel's cache must reach the file system.
+		of.n.NotifyContent(0, 0)
+	}
+}
+
+// lostIO is the EIO of I/O through f after its lock was lost, logged
+// once per open file.
+func (f *openFile) lostIO(op string) syscall.Errno {
+	if f.lostLogged.CompareAndSwap(false, true) {
+		f.n.fsys.log.Error("I/O through an open file whose lock was lost: EIO until it is closed", "op", op)
+	}
+	return syscall.EIO
+}
 
 // fileLocks are the flock owners of an open file.
 type fileLocks struct {
@@ -160,6 +234,7 @@ func (f *openFile) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, f
 	case syscall.F_UNLCK:
 		err = l.Unlock(ctx, fh, owner, r.Start, r.End)
 	case syscall.F_RDLCK, syscall.F_WRLCK:
+		f.n.fsys.lockers.add(owner, f)
 		err = l.Lock(ctx, fh, owner, r, wait)
 	default:
 		return syscall.EINVAL

@@ -17,6 +17,14 @@ import (
 // lock manager.
 func mountWithLocks(t *testing.T, localPosix, localFlock bool) (*mounted, *nlmtest.Server) {
 	t.Helper()
+	m, ls, _ := mountWithLocker(t, localPosix, localFlock, -1)
+	return m, ls
+}
+
+// mountWithLocker is mountWithLocks with the Locker's monitor checking the
+// server every monitor (negative: never), and returns the Locker too.
+func mountWithLocker(t *testing.T, localPosix, localFlock bool, monitor time.Duration) (*mounted, *nlmtest.Server, *nlm.Locker) {
+	t.Helper()
 	requireFUSE(t)
 	ls := nlmtest.Serve(t)
 	c, err := nlm.NewClient(nlm.Config{Server: "127.0.0.1", Portmapper: ls.Portmapper(), CallerName: "client",
@@ -24,7 +32,7 @@ func mountWithLocks(t *testing.T, localPosix, localFlock bool) (*mounted, *nlmte
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: -1, LocalStatd: ls.Portmapper()})
+	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: monitor, LocalStatd: ls.Portmapper()})
 	t.Cleanup(func() {
 		// After the unmount (cleanups run last first).
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -34,7 +42,7 @@ func mountWithLocks(t *testing.T, localPosix, localFlock bool) (*mounted, *nlmte
 	})
 	o := DefaultOptions()
 	o.Locker, o.LocalPosix, o.LocalFlock = l, localPosix, localFlock
-	return mountGoNFS(t, startGoNFS(t, backendMem), &o), ls
+	return mountGoNFS(t, startGoNFS(t, backendMem), &o), ls, l
 }
 
 func setlk(f *os.File, cmd int, typ int16, start, n int64) error {
@@ -159,4 +167,66 @@ func TestLocksLocalFlockOnly(t *testing.T) {
 	if n := ls.Calls(nlm.ProcLock); n != 1 {
 		t.Fatalf("local_lock=flock: %d LOCKs for a POSIX lock, want 1", n)
 	}
+}
+
+// TestLockLostEIO: a lock the server lost in a restart and whose reclaim
+// it refuses (another client took the range in between) makes read, write
+// and fsync of the open file that held it fail with EIO, cached pages
+// included, until it is closed; another open file of the same file, and
+// a new open, work.
+func TestLockLostEIO(t *testing.T) {
+	m, ls, l := mountWithLocker(t, false, false, 50*time.Millisecond)
+	p := m.path("locked")
+	check(t, os.WriteFile(p, []byte("0123456789"), 0o644))
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	check(t, err)
+	defer f.Close()
+	other, err := os.Open(p)
+	check(t, err)
+	defer other.Close()
+	check(t, setlk(f, syscall.F_SETLK, syscall.F_WRLCK, 0, 5))
+	buf := make([]byte, 10)
+	if _, err := f.ReadAt(buf, 0); err != nil { // now in the page cache
+		t.Fatal(err)
+	}
+	held := ls.Locks()
+	if len(held) != 1 {
+		t.Fatalf("server holds %v", held)
+	}
+	// The server restarts; another client takes the range in its grace
+	// period (as a lock manager that lost the reclaim's race would grant).
+	ls.Restart()
+	ls.SetLock(nlmtest.HeldLock{FH: held[0].FH, Owner: nlmtest.Owner{Caller: "other", Svid: 7}, Start: 0, End: 4, Exclusive: true})
+	waitFor(t, "the reclaim round", func() bool { return l.Reclaims() >= 1 })
+	if l.Lost() != 1 {
+		t.Fatalf("%d locks lost, want 1", l.Lost())
+	}
+	if _, err := f.ReadAt(buf, 0); !errors.Is(err, syscall.EIO) {
+		t.Errorf("read through the file whose lock was lost: %v, want EIO", err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, syscall.EIO) {
+		// A buffered write lands in the page cache; it is the fsync
+		// that must fail then.
+		if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+			t.Errorf("write, then fsync, through the file whose lock was lost: %v, want EIO", err)
+		}
+	}
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync through the file whose lock was lost: %v, want EIO", err)
+	}
+	// The other open file never locked: unaffected.
+	if _, err := other.ReadAt(buf, 0); err != nil {
+		t.Errorf("read through another open file: %v", err)
+	}
+	f.Close()
+	g, err := os.OpenFile(p, os.O_RDWR, 0)
+	check(t, err)
+	defer g.Close()
+	if _, err := g.ReadAt(buf, 0); err != nil {
+		t.Errorf("read after reopening: %v", err)
+	}
+	if _, err := g.WriteAt([]byte("y"), 9); err != nil {
+		t.Errorf("write after reopening: %v", err)
+	}
+	check(t, g.Sync())
 }

@@ -579,6 +579,9 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // UNSTABLE writes. Directories have nothing to sync: NFSv3 directory
 // operations are synchronous.
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if of, ok := f.(*openFile); ok && of.lost.Load() {
+		return of.lostIO("fsync") // its lock was lost (lock.go)
+	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	return toErrno(n.commitDirty(ctx))

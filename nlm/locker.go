@@ -72,6 +72,8 @@ type Locker struct {
 	stateOK  bool
 	grace    bool // a call met NLM4_DENIED_GRACE_PERIOD: reclaim
 	reclaims int  // reclaim rounds done
+	lost     int  // locks lost (not reclaimed)
+	onLost   func(fh []byte, owner uint64)
 
 	srvState   int32
 	srvStateOK bool
@@ -532,6 +534,23 @@ func (l *Locker) Held(fh []byte, id uint64) []Request {
 	return rs
 }
 
+// OnLost sets the function called, from the Locker's monitor, with the
+// file handle and owner of each lock that could not be reclaimed after a
+// server restart (refused: another client took it; or the grace period
+// missed). The lock is no longer in the Locker's record when it is called.
+func (l *Locker) OnLost(fn func(fh []byte, owner uint64)) {
+	l.mu.Lock()
+	l.onLost = fn
+	l.mu.Unlock()
+}
+
+// Lost returns the number of locks lost across server restarts.
+func (l *Locker) Lost() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
 // Reclaims returns the number of reclaim rounds done (server restarts
 // handled).
 func (l *Locker) Reclaims() int {
@@ -596,26 +615,27 @@ func (l *Locker) monitor() {
 			l.seenEpoch = l.c.Epoch()
 			continue
 		}
-		why := l.check()
+		why, restarted := l.check()
 		if why == "" {
 			continue
 		}
 		l.log.Info("server may have restarted: reclaiming locks", "why", why)
-		l.reclaim()
+		l.reclaim(restarted)
 	}
 }
 
-// check returns why the locks must be reclaimed, or "".
-func (l *Locker) check() string {
+// check returns why the locks must be reclaimed, or "", and whether the
+// server is known to have restarted (its NSM state moved on).
+func (l *Locker) check() (why string, restarted bool) {
 	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.MonitorInterval)
 	defer cancel()
-	var why string
 	if err := l.c.nlm.ping(ctx); err != nil {
 		why = "lockd does not answer: " + err.Error()
 	}
 	if st, err := l.c.ServerStateOnce(ctx); err == nil {
 		if l.srvStateOK && st != l.srvState {
 			why = fmt.Sprintf("the server's NSM state went from %d to %d", l.srvState, st)
+			restarted = true
 		}
 		l.srvState, l.srvStateOK = st, true
 	}
@@ -633,14 +653,20 @@ func (l *Locker) check() string {
 		}
 	}
 	l.mu.Unlock()
-	return why
+	return why, restarted
 }
 
 // reclaim asks for every held lock again with reclaim set. A server that
-// is not in its grace period refuses a reclaim (it did not restart, or
-// its grace is over): the lock is asked for as a new one, which the
-// server grants when this owner still holds it (or nobody took it).
-func (l *Locker) reclaim() {
+// is not in its grace period refuses a reclaim: when it is known to have
+// restarted (restarted) its grace is over and the lock is lost; otherwise
+// (it may not have restarted) the lock is asked for as a new one, which
+// the server grants when this owner still holds it (or nobody took it).
+//
+// A lock that is not held again (refused, or the grace missed) is lost:
+// it is dropped from the record, logged, and reported to the OnLost
+// function, as the Linux client does with nfs.recover_lost_locks=false
+// (I/O through the file that held it then fails with EIO).
+func (l *Locker) reclaim(restarted bool) {
 	type item struct {
 		fh  []byte
 		o   *owner
@@ -657,17 +683,40 @@ func (l *Locker) reclaim() {
 		}
 	}
 	l.mu.Unlock()
+	// The server's NSM state now: a restart seen here (a lost connection
+	// may be noticed before the state can be read) counts, and the next
+	// check compares with it, so that locks held again are not taken
+	// for lost by a later round.
+	sctx, cancel := context.WithTimeout(l.ctx, max(l.cfg.MonitorInterval, time.Second))
+	if st, err := l.c.ServerStateOnce(sctx); err == nil {
+		if l.srvStateOK && st != l.srvState {
+			restarted = true
+		}
+		l.srvState, l.srvStateOK = st, true
+	}
+	cancel()
 	st := l.nsmState(l.ctx)
 	lost := 0
 	for _, it := range items {
 		a := LockArgs{Exclusive: it.seg.excl, Lock: l.lock(it.o, it.fh, it.seg.start, it.seg.end), Reclaim: true, State: st}
 		it.o.op.Lock()
-		ok, err := l.reclaimOne(l.ownerCtx(it.o), &a)
+		ok, err := l.reclaimOne(l.ownerCtx(it.o), &a, restarted)
 		if err == nil && !ok {
 			l.record(it.fh, it.o.id, it.seg.start, it.seg.end, false, true)
 			lost++
 		}
 		it.o.op.Unlock()
+		if err == nil && !ok {
+			l.log.Error("lock lost across a server restart: I/O through the file that held it fails with EIO until it is closed",
+				"svid", it.o.svid, "start", it.seg.start, "end", it.seg.end)
+			l.mu.Lock()
+			l.lost++
+			fn := l.onLost
+			l.mu.Unlock()
+			if fn != nil {
+				fn(it.fh, it.o.id)
+			}
+		}
 		if err != nil {
 			l.log.Warn("reclaiming a lock failed", "svid", it.o.svid, "err", err)
 			if l.ctx.Err() != nil {
@@ -679,14 +728,13 @@ func (l *Locker) reclaim() {
 	l.reclaims++
 	l.mu.Unlock()
 	l.seenEpoch = l.c.Epoch()
-	if lost > 0 {
-		l.log.Error("locks lost across a server restart: another client holds them now", "lost", lost)
-	}
-	l.log.Info("locks reclaimed", "locks", len(items)-lost)
+	l.log.Info("locks reclaimed", "locks", len(items)-lost, "lost", lost)
 }
 
-// reclaimOne reclaims one lock: true when it is held again.
-func (l *Locker) reclaimOne(ctx context.Context, a *LockArgs) (bool, error) {
+// reclaimOne reclaims one lock: true when it is held again. A reclaim
+// refused for the grace period (the server is out of it) is lost when the
+// server is known to have restarted, else asked for as a new lock.
+func (l *Locker) reclaimOne(ctx context.Context, a *LockArgs, restarted bool) (bool, error) {
 	for try := 0; ; try++ {
 		res, err := l.c.Lock(ctx, a)
 		if err != nil {
@@ -698,6 +746,9 @@ func (l *Locker) reclaimOne(ctx context.Context, a *LockArgs) (bool, error) {
 		case Denied, Blocked:
 			return false, nil
 		case DeniedGracePeriod:
+			if a.Reclaim && restarted {
+				return false, nil // the grace period was missed
+			}
 			// A reclaim outside a grace period, or a new lock inside
 			// one: switch, and pause after each pair.
 			a.Reclaim = !a.Reclaim

@@ -358,3 +358,62 @@ func TestCloseUnlocksAll(t *testing.T) {
 		t.Fatalf("after Close the server holds %v", s.Locks())
 	}
 }
+
+// TestReclaimLost: a reclaim the server refuses (another client holds the
+// range) and a reclaim after the grace period ended (the server's NSM
+// state shows it restarted) are lost: dropped from the record and
+// reported to OnLost with their file and owner; a lock reclaimed in time
+// is not.
+func TestReclaimLost(t *testing.T) {
+	s := nlmtest.Serve(t)
+	a := locker(t, s, "a")
+	type lostLock struct {
+		fh    string
+		owner uint64
+	}
+	lostc := make(chan lostLock, 4)
+	a.OnLost(func(fh []byte, owner uint64) { lostc <- lostLock{string(fh), owner} })
+	fh2 := []byte("file-handle-2")
+	if err := a.Lock(ctx(t), fh, 1, nlm.Request{Start: 0, End: 9, Exclusive: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Lock(ctx(t), fh2, 2, nlm.Request{Start: 0, End: 9, Exclusive: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the monitor learns the server's NSM state
+	// Refused: another client took fh's range in the grace period.
+	s.Restart()
+	s.SetLock(nlmtest.HeldLock{FH: string(fh), Owner: nlmtest.Owner{Caller: "b", Svid: 9}, Start: 5, End: 5, Exclusive: true})
+	select {
+	case got := <-lostc:
+		if got != (lostLock{string(fh), 1}) {
+			t.Fatalf("lost %+v, want fh's lock of owner 1", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a refused reclaim was not reported lost")
+	}
+	for deadline := time.Now().Add(5 * time.Second); a.Reclaims() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reclaim round")
+		}
+	}
+	if a.Lost() != 1 || len(a.Held(fh, 1)) != 0 || len(a.Held(fh2, 2)) != 1 {
+		t.Fatalf("lost %d; held on fh %v, on fh2 %v", a.Lost(), a.Held(fh, 1), a.Held(fh2, 2))
+	}
+	// Missed: the server restarts with no grace period at all.
+	s.ClearLocks(nlmtest.Owner{Caller: "b", Svid: 9})
+	time.Sleep(s.Grace) // the first grace period ends
+	s.Grace = 0
+	s.Restart()
+	select {
+	case got := <-lostc:
+		if got != (lostLock{string(fh2), 2}) {
+			t.Fatalf("lost %+v, want fh2's lock of owner 2", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a reclaim after the grace period was not reported lost")
+	}
+	if len(s.Locks()) != 0 {
+		t.Fatalf("the server holds %v after the missed grace", s.Locks())
+	}
+}
