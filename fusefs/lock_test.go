@@ -32,7 +32,8 @@ func mountWithLocker(t *testing.T, localPosix, localFlock bool, monitor time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: monitor, LocalStatd: ls.Portmapper()})
+	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: monitor, LocalStatd: ls.Portmapper(),
+		RpcbindSocket: ls.RpcbindSocket()})
 	t.Cleanup(func() {
 		// After the unmount (cleanups run last first).
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
@@ -47,6 +48,14 @@ type LockerConfig struct {
 	// statd, whose NSM state the locks carry (lockargs.state); "" means
 	// 127.0.0.1:111. When it does not answer, the state is 0.
 	LocalStatd string
+	// RpcbindSocket is the path of this host's rpcbind's local socket,
+	// through which the callback of reboot notifications is registered
+	// (see notify.go); "" means DefaultRpcbindSocket. When it cannot be
+	// reached, the port mapper at LocalStatd is asked.
+	RpcbindSocket string
+	// NoNotify leaves reboot notifications out: the server is only
+	// checked every MonitorInterval.
+	NoNotify bool
 	// Logger receives the Locker's events; nil discards them.
 	Logger *slog.Logger
 }
@@ -78,6 +87,15 @@ type Locker struct {
 	srvState   int32
 	srvStateOK bool
 	seenEpoch  uint64
+
+	// Reboot notifications (notify.go): notify is notifyNone, On or Off;
+	// nsm, the callback while monitoring (the monitor's own); notified
+	// carries the server's new NSM state from the callback; monKick wakes
+	// the monitor to start or stop monitoring.
+	notify   atomic.Int32
+	nsm      *notifier
+	notified chan int32
+	monKick  chan struct{}
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -118,9 +136,15 @@ func NewLocker(c *Client, cfg LockerConfig) *Locker {
 	if cfg.LocalStatd == "" {
 		cfg.LocalStatd = "127.0.0.1:111"
 	}
+	if cfg.RpcbindSocket == "" {
+		cfg.RpcbindSocket = DefaultRpcbindSocket
+	}
 	l := &Locker{c: c, cfg: cfg, log: cfg.Logger,
 		files: map[string]*fileLocks{}, owners: map[uint64]*owner{}, svids: map[int32]*owner{},
-		kick: make(chan struct{}, 1)}
+		kick: make(chan struct{}, 1), notified: make(chan int32, 1), monKick: make(chan struct{}, 1)}
+	if cfg.NoNotify {
+		l.notify.Store(notifyOff)
+	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -370,6 +394,9 @@ func (l *Locker) Lock(ctx context.Context, fh []byte, id uint64, r Request, wait
 		res, err := l.c.Lock(ctx, &a)
 		if err == nil && res.Stat == Granted {
 			l.record(fh, id, r.Start, r.End, r.Exclusive, false)
+			if l.notify.Load() == notifyNone {
+				l.kickNotify() // the first lock: statd is to monitor the server
+			}
 		}
 		o.op.Unlock()
 		if err != nil {
@@ -498,7 +525,11 @@ func (l *Locker) ReleaseOwner(ctx context.Context, fh []byte, id uint64) error {
 	if f := l.files[string(fh)]; f != nil {
 		l.forgetLocked(f, id)
 	}
+	none := len(l.files) == 0
 	l.mu.Unlock()
+	if none && l.notify.Load() == notifyOn {
+		l.kickNotify() // the last lock went: statd may stop monitoring
+	}
 	return err
 }
 
@@ -599,6 +630,13 @@ func (l *Locker) holding() bool {
 // them; every held lock is then reclaimed.
 func (l *Locker) monitor() {
 	defer l.wg.Done()
+	defer func() {
+		if l.nsm != nil {
+			l.stopNotify(l.nsm, true)
+			l.nsm = nil
+			l.notify.Store(notifyNone)
+		}
+	}()
 	t := time.NewTicker(l.cfg.MonitorInterval)
 	defer t.Stop()
 	for {
@@ -607,7 +645,21 @@ func (l *Locker) monitor() {
 			return
 		case <-t.C:
 		case <-l.kick:
+		case <-l.monKick:
+			l.manageNotify()
+			continue
+		case st := <-l.notified:
+			if !l.holding() {
+				continue
+			}
+			// The server's statd announced its reboot: reclaim now,
+			// the server known to have restarted.
+			l.log.Info("the server rebooted (SM_NOTIFY through this host's statd): reclaiming locks", "state", st)
+			l.srvState, l.srvStateOK = st, true
+			l.reclaim(true)
+			continue
 		}
+		l.manageNotify()
 		if !l.holding() {
 			l.mu.Lock()
 			l.grace = false

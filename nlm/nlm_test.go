@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -123,7 +125,8 @@ func locker(t *testing.T, s *nlmtest.Server, name string) *nlm.Locker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: 100 * time.Millisecond, LocalStatd: s.Portmapper()})
+	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: 100 * time.Millisecond, LocalStatd: s.Portmapper(),
+		RpcbindSocket: s.RpcbindSocket()})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -415,5 +418,100 @@ func TestReclaimLost(t *testing.T) {
 	}
 	if len(s.Locks()) != 0 {
 		t.Fatalf("the server holds %v after the missed grace", s.Locks())
+	}
+}
+
+// TestRebootNotification: while a Locker holds locks, the local statd
+// monitors the server for it (SM_MON naming a callback registered with
+// rpcbind's local socket, program NLM and procedure 16 as rpc.statd
+// demands); statd's callback after the server's SM_NOTIFY starts the
+// reclaim at once, long before the poll; the last unlock ends the
+// monitoring (SM_UNMON, callback unregistered).
+func TestRebootNotification(t *testing.T) {
+	s := nlmtest.Serve(t)
+	c, err := nlm.NewClient(nlm.Config{Server: "127.0.0.1", Portmapper: s.Portmapper(), CallerName: "a",
+		TCP: sunrpc.TCPOptions{NoResvPort: true}, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const poll = time.Minute
+	a := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: poll,
+		LocalStatd: s.Portmapper(), RpcbindSocket: s.RpcbindSocket()})
+	defer a.Close(ctx(t))
+	if err := a.Lock(ctx(t), fh, 1, nlm.Request{Start: 0, End: 9, Exclusive: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "SM_MON", func() bool { return a.Notifying() && len(s.Monitors()) == 1 })
+	m := s.Monitors()[0]
+	if m.Name != "127.0.0.1" || m.Prog != nlm.Program || m.Proc != 16 || m.Vers < 1<<30 {
+		t.Fatalf("monitor %+v", m)
+	}
+	if port, ok := s.Mappings()[sunrpc.Mapping{Prog: nlm.Program, Vers: m.Vers, Prot: sunrpc.IPProtoUDP}]; !ok || port == 0 {
+		t.Fatalf("callback not registered (UDP) with rpcbind: %v", s.Mappings())
+	}
+	s.Restart()
+	start := time.Now()
+	if n := s.Notify("127.0.0.1", s.State()); n != 1 {
+		t.Fatalf("%d callbacks answered, want 1", n)
+	}
+	waitUntil(t, "the reclaim", func() bool { return len(s.Locks()) == 1 })
+	took := time.Since(start)
+	t.Logf("lock reclaimed %v after the notification (poll interval %v)", took.Round(time.Millisecond), poll)
+	if took > 5*time.Second || a.Reclaims() != 1 || s.Reclaims() != 1 || a.Lost() != 0 {
+		t.Fatalf("after %v: %d rounds, %d reclaims at the server, %d lost", took, a.Reclaims(), s.Reclaims(), a.Lost())
+	}
+	// Another host's notification, or a callback with another cookie,
+	// starts nothing.
+	if n := s.Notify("elsewhere", 99); n != 0 {
+		t.Fatalf("%d callbacks for a host not monitored", n)
+	}
+	time.Sleep(s.Grace) // UNLOCK is refused in the grace period
+	if err := a.ReleaseFile(ctx(t), fh); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "SM_UNMON", func() bool { return !a.Notifying() && len(s.Monitors()) == 0 })
+	if _, ok := s.Mappings()[sunrpc.Mapping{Prog: nlm.Program, Vers: m.Vers, Prot: sunrpc.IPProtoUDP}]; ok {
+		t.Fatal("callback still registered after SM_UNMON")
+	}
+}
+
+// TestRebootNotificationUnavailable: with no statd to take SM_MON, the
+// Locker falls back to polling, which still finds the restart.
+func TestRebootNotificationUnavailable(t *testing.T) {
+	s := nlmtest.Serve(t)
+	c, err := nlm.NewClient(nlm.Config{Server: "127.0.0.1", Portmapper: s.Portmapper(), CallerName: "a",
+		TCP: sunrpc.TCPOptions{NoResvPort: true}, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// No rpcbind socket, and a port mapper that is not there.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	a := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: 100 * time.Millisecond,
+		LocalStatd: deadAddr, RpcbindSocket: filepath.Join(t.TempDir(), "none.sock")})
+	defer a.Close(ctx(t))
+	if err := a.Lock(ctx(t), fh, 1, nlm.Request{Start: 0, End: 9, Exclusive: true}, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if a.Notifying() || len(s.Monitors()) != 0 {
+		t.Fatal("notifications on with no statd")
+	}
+	s.Restart()
+	waitUntil(t, "the polled reclaim", func() bool { return len(s.Locks()) == 1 })
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

@@ -5,6 +5,14 @@
 // reboot: the locks are forgotten, the NSM state moves on, a grace period
 // starts in which only reclaims are granted, and the lock manager moves to
 // a new port.
+//
+// It also stands in for the client host's own rpcbind and rpc.statd, for
+// reboot notifications: the port mapper takes registrations (PMAPPROC_SET
+// and UNSET over TCP, RPCBPROC_SET and UNSET on the local socket of
+// RpcbindSocket), the status monitor takes SM_MON and SM_UNMON (only for
+// the kernel lockd's callback, program 100021 procedure 16 or 24, as
+// rpc.statd), and Notify calls back the monitors of a host over UDP as
+// rpc.statd does when that host's SM_NOTIFY arrives.
 package nlmtest
 
 import (
@@ -13,7 +21,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,6 +65,10 @@ type Server struct {
 	conns      map[net.Conn]struct{}
 	closed     bool
 	wg         sync.WaitGroup
+	rpcb       net.Listener // the local rpcbind socket
+	rpcbPath   string
+	mappings   map[sunrpc.Mapping]uint32 // registered (Port 0) → port
+	monitors   []Monitor
 	// Grace is the length of the grace period after Restart.
 	Grace time.Duration
 }
@@ -62,7 +77,8 @@ type Server struct {
 func Serve(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, blocked: map[Owner]nlm.LockArgs{}, state: 1, calls: map[uint32]int{},
-		creds: map[uint32]sunrpc.OpaqueAuth{}, conns: map[net.Conn]struct{}{}, Grace: 2 * time.Second}
+		creds: map[uint32]sunrpc.OpaqueAuth{}, conns: map[net.Conn]struct{}{}, Grace: 2 * time.Second,
+		mappings: map[sunrpc.Mapping]uint32{}}
 	var err error
 	if s.pm, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -70,9 +86,19 @@ func Serve(t testing.TB) *Server {
 	if s.svc, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	s.wg.Add(2)
+	dir, err := os.MkdirTemp("", "nlmtest") // short: a socket's path is at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s.rpcbPath = filepath.Join(dir, "rpcbind.sock")
+	if s.rpcb, err = net.Listen("unix", s.rpcbPath); err != nil {
+		t.Fatal(err)
+	}
+	s.wg.Add(3)
 	go s.accept(s.pm)
 	go s.accept(s.svc)
+	go s.accept(s.rpcb)
 	t.Cleanup(s.Close)
 	return s
 }
@@ -93,6 +119,7 @@ func (s *Server) Close() {
 	s.closed = true
 	s.pm.Close()
 	s.svc.Close()
+	s.rpcb.Close()
 	for c := range s.conns {
 		c.Close()
 	}
@@ -267,13 +294,66 @@ func (s *Server) handle(rec []byte) []byte {
 	rh := sunrpc.ReplyHeader{XID: h.XID, Stat: sunrpc.MsgAccepted, Accept: sunrpc.Success}
 	var res []byte
 	switch {
-	case h.Prog == sunrpc.PortmapProg && h.Proc == sunrpc.PmapProcGetPort:
+	case h.Prog == sunrpc.PortmapProg && h.Vers == sunrpc.PortmapVers && h.Proc == sunrpc.PmapProcGetPort:
 		m := sunrpc.DecodeMapping(d)
 		port := 0
 		if (m.Prog == nlm.Program && m.Vers == nlm.Version) || (m.Prog == nlm.NSMProgram && m.Vers == nlm.NSMVersion) {
 			port = s.Port()
 		}
+		s.mu.Lock()
+		if p, ok := s.mappings[sunrpc.Mapping{Prog: m.Prog, Vers: m.Vers, Prot: m.Prot}]; ok {
+			port = int(p)
+		}
+		s.mu.Unlock()
 		res = sunrpc.AppendUint32(nil, uint32(port))
+	case h.Prog == sunrpc.PortmapProg && h.Vers == sunrpc.PortmapVers && (h.Proc == sunrpc.PmapProcSet || h.Proc == sunrpc.PmapProcUnset):
+		m := sunrpc.DecodeMapping(d)
+		res = sunrpc.AppendBool(nil, s.setMapping(m.Prog, m.Vers, m.Prot, m.Port, h.Proc == sunrpc.PmapProcSet))
+	case h.Prog == sunrpc.PortmapProg && (h.Vers == 3 || h.Vers == 4) && (h.Proc == 1 || h.Proc == 2):
+		// RPCBPROC_SET, UNSET: struct rpcb.
+		prog, vers := d.Uint32(), d.Uint32()
+		netid, addr := d.String(64), d.String(256)
+		d.String(256) // owner
+		var prot, port uint32
+		switch netid {
+		case "udp":
+			prot = sunrpc.IPProtoUDP
+		case "tcp":
+			prot = sunrpc.IPProtoTCP
+		}
+		if f := strings.Split(addr, "."); len(f) == 6 {
+			hi, _ := strconv.Atoi(f[4])
+			lo, _ := strconv.Atoi(f[5])
+			port = uint32(hi<<8 | lo)
+		}
+		res = sunrpc.AppendBool(nil, prot != 0 && s.setMapping(prog, vers, prot, port, h.Proc == 1))
+	case h.Prog == nlm.NSMProgram && h.Proc == nlm.NSMProcMon:
+		m := Monitor{Name: d.String(nlm.MaxNSMName)}
+		d.String(nlm.MaxNSMName) // my_name: the callback goes to 127.0.0.1
+		m.Prog, m.Vers, m.Proc = d.Uint32(), d.Uint32(), d.Uint32()
+		copy(m.Priv[:], d.FixedOpaque(16))
+		st := uint32(nlm.NSMFailure)
+		s.mu.Lock()
+		if d.Err() == nil && m.Prog == nlm.Program && (m.Proc == 16 || m.Proc == 24) {
+			st = nlm.NSMSuccess
+			s.monitors = append(s.monitors, m)
+		}
+		res = sunrpc.AppendInt32(sunrpc.AppendUint32(nil, st), s.state)
+		s.mu.Unlock()
+	case h.Prog == nlm.NSMProgram && h.Proc == nlm.NSMProcUnmon:
+		name := d.String(nlm.MaxNSMName)
+		d.String(nlm.MaxNSMName)
+		prog, vers, proc := d.Uint32(), d.Uint32(), d.Uint32()
+		s.mu.Lock()
+		var keep []Monitor
+		for _, m := range s.monitors {
+			if m.Name != name || m.Prog != prog || m.Vers != vers || m.Proc != proc {
+				keep = append(keep, m)
+			}
+		}
+		s.monitors = keep
+		res = sunrpc.AppendInt32(nil, s.state)
+		s.mu.Unlock()
 	case h.Prog == nlm.NSMProgram && h.Proc == nlm.NSMProcStat:
 		d.String(nlm.MaxNSMName)
 		s.mu.Lock()
@@ -360,6 +440,99 @@ func (s *Server) nlm(proc uint32, d *sunrpc.Decoder) ([]byte, bool) {
 		return nlm.AppendRes(nil, &r), true
 	}
 	return nil, false
+}
+
+// Monitor is a host a client asked the status monitor to watch (SM_MON).
+type Monitor struct {
+	Name             string
+	Prog, Vers, Proc uint32
+	Priv             [16]byte
+}
+
+// RpcbindSocket returns the path of the port mapper's local socket (as
+// rpcbind's /run/rpcbind.sock).
+func (s *Server) RpcbindSocket() string { return s.rpcbPath }
+
+// Monitors returns the hosts monitored (SM_MON and not SM_UNMON).
+func (s *Server) Monitors() []Monitor {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Monitor(nil), s.monitors...)
+}
+
+// Mappings returns the registrations made with the port mapper, by
+// program, version and protocol.
+func (s *Server) Mappings() map[sunrpc.Mapping]uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := map[sunrpc.Mapping]uint32{}
+	for k, v := range s.mappings {
+		m[k] = v
+	}
+	return m
+}
+
+func (s *Server) setMapping(prog, vers, prot, port uint32, set bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := sunrpc.Mapping{Prog: prog, Vers: vers, Prot: prot}
+	if !set {
+		delete(s.mappings, k)
+		return true
+	}
+	if _, taken := s.mappings[k]; taken || port == 0 {
+		return false
+	}
+	s.mappings[k] = port
+	return true
+}
+
+// Notify does what rpc.statd does when the SM_NOTIFY of host name (its
+// new NSM state state) arrives: it calls back, over UDP on 127.0.0.1, the
+// procedure of every client that monitors name, at the port the port
+// mapper gives its program and version (UDP), with struct status. It
+// returns the number of callbacks answered.
+func (s *Server) Notify(name string, state int32) int {
+	answered := 0
+	for i, m := range s.Monitors() {
+		if m.Name != name {
+			continue
+		}
+		s.mu.Lock()
+		port, ok := s.mappings[sunrpc.Mapping{Prog: m.Prog, Vers: m.Vers, Prot: sunrpc.IPProtoUDP}]
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: int(port)})
+		if err != nil {
+			continue
+		}
+		xid := uint32(0x5e000000 + i)
+		b := sunrpc.AppendCall(nil, &sunrpc.CallHeader{XID: xid, Prog: m.Prog, Vers: m.Vers, Proc: m.Proc})
+		b = sunrpc.AppendString(b, m.Name)
+		b = sunrpc.AppendInt32(b, state)
+		b = sunrpc.AppendFixedOpaque(b, m.Priv[:])
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.Write(b); err == nil {
+			buf := make([]byte, 512)
+			if n, err := c.Read(buf); err == nil {
+				h, err := sunrpc.DecodeReply(sunrpc.NewDecoder(buf[:n]))
+				if err == nil && h.XID == xid && h.Err() == nil {
+					answered++
+				}
+			}
+		}
+		c.Close()
+	}
+	return answered
+}
+
+// State returns the server's NSM state.
+func (s *Server) State() int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
 }
 
 func owner(l *nlm.Lock) Owner { return Owner{Caller: l.CallerName, Svid: l.Svid} }
