@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -435,4 +436,150 @@ func TestLockBlockedGrantedAndKilled(t *testing.T) {
 	if lk := getlk(t, fk, syscall.F_WRLCK, 0, 0); lk.Type != syscall.F_UNLCK {
 		t.Fatalf("a lock is left after the killed waiter: %+v", lk)
 	}
+}
+
+// notifyRegistration returns the NLM version the nfsrdma-mount's Locker
+// registered with rpcbind for statd's callback (UDP, a version above 2^30
+// that the kernel's lockd does not use), or 0.
+func notifyRegistration(ctx context.Context) (uint32, error) {
+	pt, err := sunrpc.DialTCP(ctx, "127.0.0.1:111", &sunrpc.TCPOptions{NoResvPort: true})
+	if err != nil {
+		return 0, err
+	}
+	defer pt.Close()
+	ms, err := sunrpc.NewPortmapper(pt, nil).Dump(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range ms {
+		if m.Prog == nlm.Program && m.Vers >= 1<<30 && m.Prot == sunrpc.IPProtoUDP {
+			return m.Vers, nil
+		}
+	}
+	return 0, nil
+}
+
+// sendSMNotify sends this host's statd an SM_NOTIFY as the server's statd
+// sends it after a reboot: from the server's address, with its name and
+// new NSM state.
+func sendSMNotify(t *testing.T, monName string, state int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pt, err := sunrpc.DialTCP(ctx, "127.0.0.1:111", &sunrpc.TCPOptions{NoResvPort: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := sunrpc.NewPortmapper(pt, nil).GetPort(ctx, nlm.NSMProgram, nlm.NSMVersion, sunrpc.IPProtoUDP)
+	pt.Close()
+	if err != nil {
+		t.Fatalf("statd's UDP port: %v", err)
+	}
+	ip := net.IP(serverAddr.AsSlice())
+	c, err := net.DialUDP("udp4", &net.UDPAddr{IP: ip}, &net.UDPAddr{IP: ip, Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const xid = 0x6e6f7469
+	msg := sunrpc.AppendCall(nil, &sunrpc.CallHeader{XID: xid, Prog: nlm.NSMProgram, Vers: nlm.NSMVersion, Proc: nlm.NSMProcNotify})
+	msg = sunrpc.AppendString(msg, monName)
+	msg = sunrpc.AppendInt32(msg, state)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatalf("statd's reply to SM_NOTIFY: %v", err)
+	}
+	h, err := sunrpc.DecodeReply(sunrpc.NewDecoder(buf[:n]))
+	if err != nil || h.XID != xid || h.Err() != nil {
+		t.Fatalf("statd's reply to SM_NOTIFY: %+v %v", h, err)
+	}
+}
+
+// TestLockRebootNotification: while a lock is held through nfsrdma-mount,
+// this host's rpc.statd monitors the server for the mount (its callback
+// registered with rpcbind); an SM_NOTIFY sent to statd as the server's
+// statd sends it after a reboot makes the mount start its reclaim at once,
+// before its 2 s poll (which sees nothing here anyway: no lockd restart,
+// the same NSM state). On this bed the server is this host: knfsd's
+// lockd, told by the same statd that its client 10.99.0.1 rebooted,
+// drops that client's locks and, out of any grace period, refuses the
+// reclaim. So the lock is lost: read and write through the open file that
+// held it fail with EIO until it is closed, and the kernel mount can take
+// the lock.
+func TestLockRebootNotification(t *testing.T) {
+	ours := lockTest(t)
+	kern := mountKernel(t)
+	fs := lockFile(t, "lock-notify", ours, kern)
+	fo, fk := fs[0], fs[1]
+	if err := setlk(fo, syscall.F_SETLK, syscall.F_WRLCK, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	var vers uint32
+	if err := eventually(10*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		v, err := notifyRegistration(ctx)
+		if err == nil && v == 0 {
+			err = errors.New("no callback of nfsrdma-mount registered with rpcbind")
+		}
+		vers = v
+		return err
+	}); err != nil {
+		t.Fatalf("%v\nnfsrdma-mount's log:\n%s", err, readLog(mounted[ours].log))
+	}
+	t.Logf("statd's callback for nfsrdma-mount: NLM version %d", vers)
+	const notified = "SM_NOTIFY through this host's statd"
+	start := time.Now()
+	sendSMNotify(t, serverAddr.String(), int32(time.Now().Unix()|1))
+	var took time.Duration
+	if err := eventually(10*time.Second, func() error {
+		if !strings.Contains(readLog(mounted[ours].log), notified) {
+			return errors.New("no reclaim on the notification")
+		}
+		took = time.Since(start)
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\nnfsrdma-mount's log:\n%s", err, readLog(mounted[ours].log))
+	}
+	t.Logf("reclaim started %v after the SM_NOTIFY", took.Round(time.Millisecond))
+	if took >= 2*time.Second {
+		t.Errorf("the reclaim started %v after the SM_NOTIFY, not before the 2 s poll", took)
+	}
+	// The server dropped the lock and refused its reclaim: lost.
+	buf := make([]byte, 6)
+	if err := eventually(10*time.Second, func() error {
+		if _, err := fo.ReadAt(buf, 0); !errors.Is(err, syscall.EIO) {
+			return fmt.Errorf("read through the file whose lock was lost: %v, want EIO", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v\nnfsrdma-mount's log:\n%s", err, readLog(mounted[ours].log))
+	}
+	if _, err := fo.WriteAt([]byte("x"), 0); !errors.Is(err, syscall.EIO) {
+		t.Errorf("write through the file whose lock was lost: %v, want EIO", err)
+	}
+	if err := eventually(10*time.Second, func() error { return setlk(fk, syscall.F_SETLK, syscall.F_WRLCK, 0, 0) }); err != nil {
+		t.Errorf("kernel mount's lock after ours was lost: %v", err)
+	}
+	fo.Close()
+	f, err := os.Open(filepath.Join(ours, "lock-notify"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Errorf("read after reopening: %v", err)
+	}
+	var notes []string
+	for _, line := range strings.Split(readLog(mounted[ours].log), "\n") {
+		if strings.Contains(line, "reclaim") || strings.Contains(line, "lost") || strings.Contains(line, "statd") || strings.Contains(line, "EIO") {
+			notes = append(notes, line)
+		}
+	}
+	t.Logf("nfsrdma-mount's log on locks:\n%s", strings.Join(notes, "\n"))
 }

@@ -33,11 +33,19 @@
 //     and its statd's NSM state (SM_STAT; it changes at a reboot), and any
 //     grace period a call meets. Then every held lock is sent again with
 //     reclaim set, within the grace period. A server that did not lose the
-//     locks refuses a reclaim outside its grace period; the lock is then
-//     asked for as a new one, which it grants to the owner that still holds
-//     it. A lock another client took meanwhile is lost (logged).
+//     locks refuses a reclaim outside its grace period; unless it is known
+//     to have restarted (a new NSM state, or its reboot notification) the
+//     lock is then asked for as a new one, which it grants to the owner that
+//     still holds it. A lock another client took meanwhile, or whose
+//     server's grace period was missed, is lost: logged, counted (Lost) and
+//     reported to the function given to OnLost.
+//   - Reboot notifications: while locks are held, this host's statd
+//     monitors the server for the Locker (SM_MON; SM_UNMON when the last
+//     lock goes), calling back a UDP listener of the Locker when the
+//     server's statd announces a reboot (SM_NOTIFY); the reclaim then starts
+//     at once (see notify.go for how the callback gets past rpc.statd's
+//     rules). Without a local statd and rpcbind to take it, the watching
+//     above alone finds restarts.
 //   - This host's NSM state (SM_STAT to the local statd) is sent in every
-//     LOCK. The client does not register with a statd for SM_NOTIFY
-//     callbacks (the local statd belongs to the kernel's lockd); the
-//     watching above stands in for them.
+//     LOCK.
 package nlm
