@@ -194,7 +194,11 @@ var errTaken = errors.New("nlm: the port mapper refused the mapping")
 // priv) for the server.
 func (l *Locker) monArgs(vers uint32, priv *[16]byte) []byte {
 	b := sunrpc.AppendString(nil, l.c.cfg.Server)
-	b = sunrpc.AppendString(b, "127.0.0.1") // my_name: statd calls back on the loopback address whatever it says
+	// my_name: statd calls back on the loopback address whatever it
+	// says. Not this host's name, which the kernel's lockd sends: statd
+	// deletes a host's on-disk record at SM_UNMON by mon_name and my_name,
+	// and must not take the kernel's with ours.
+	b = sunrpc.AppendString(b, "127.0.0.1")
 	b = sunrpc.AppendUint32(b, Program)
 	b = sunrpc.AppendUint32(b, vers)
 	b = sunrpc.AppendUint32(b, nsmCallbackProc)
