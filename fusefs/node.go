@@ -65,6 +65,13 @@ type node struct {
 	// changed (nocto opens go by it).
 	staleData bool
 
+	// gone: the server called the handle stale (NFS3ERR_STALE or
+	// BADHANDLE) and a new LOOKUP found no same object under another
+	// handle. As the Linux client's stale inode, every later GETATTR and
+	// READ through the node gives ESTALE; a path walk finds whatever has
+	// the name now (a new node).
+	gone bool
+
 	// A directory's complete set of names, while namesOK (see names.go).
 	names   map[string]struct{}
 	namesOK bool
@@ -381,6 +388,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.mu.Lock()
+	if n.gone {
+		n.mu.Unlock()
+		return syscall.ESTALE
+	}
 	left, fresh := n.attrs.fresh(n.fsys.now())
 	a := n.attrs.attr
 	n.floorSize(&a)
@@ -395,18 +406,12 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	defer done()
 	a, timeo, err := n.getattr(ctx, false)
 	if err != nil {
-		n.mu.Lock()
-		open := n.opens > 0
-		n.mu.Unlock()
-		if !isStale(err) || !open {
-			return toErrno(err)
-		}
-		// Open, and gone from the server (removed or renamed over by
-		// another client, or by this one in a race with the open): an
-		// unlinked open file, its last attributes with no link left.
-		a, _ = n.cached()
-		a.Nlink = 0
-		timeo = 0
+		// Gone from the server (removed or renamed over by another
+		// client): ESTALE, open or not, as the Linux client's
+		// revalidation gives once the attribute cache times out. (A file
+		// this mount unlinks while open lives on under its .nfs name.)
+		n.markGone(err)
+		return toErrno(err)
 	}
 	n.fillOut(&out.Attr, &a)
 	out.SetTimeout(timeo)
