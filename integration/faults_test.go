@@ -1201,13 +1201,9 @@ func staleWithin(d time.Duration, op func() error) (time.Duration, bool, error) 
 // TestFaultsStaleHandle is fault 5's ESTALE: a file replaced on the server
 // (removed and created again under its name) while the client holds its
 // handle. The library gets ESTALE for the old handle (once knfsd let go of
-// the removed inode) and the new file by a new LOOKUP; through the mount a
-// path is looked up again and reaches the new file (nfs(5): the client
-// revalidates a name whose handle went stale), while an open file
-// descriptor gets ESTALE or goes on reading the old file's bytes (fusefs
-// keeps it as an unlinked open file), never anything else.
+// the removed inode) and the new file by a new LOOKUP. Through the mounts
+// (nfsrdma's and the kernel's): TestFaultsStaleHandleMount.
 func TestFaultsStaleHandle(t *testing.T) {
-	bin := mountBinary(t)
 	const fault = "file replaced on the server (ESTALE)"
 	name := "faults-stale"
 	path := filepath.Join(exportDir, name)
@@ -1269,69 +1265,6 @@ func TestFaultsStaleHandle(t *testing.T) {
 	row.Pass = row.Unexpected == 0
 	addRow(t, row)
 
-	// The mount, attributes never cached: every access asks the server.
-	if err := os.WriteFile(path, oldData, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mnt := mountNFSRDMA(t, bin, "actimeo=0")
-	row = faults.Row{Fault: fault, Workload: "mount: open fd gets ESTALE (time: to ESTALE); the path finds the new file"}
-	f, err := os.Open(filepath.Join(mnt, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if got, err := io.ReadAll(f); err != nil || !bytes.Equal(got, oldData) {
-		t.Fatalf("reading through the mount: %d, %v", len(got), err)
-	}
-	replace()
-	// A path is looked up again at once: the new file.
-	row.Ops++
-	if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, newData) {
-		row.Unexpected++
-		row.Errors += fmt.Sprintf("open by path: %d bytes, %v; ", len(got), err)
-		t.Errorf("opening the replaced file by its path: %d bytes, %v; want the new file", len(got), err)
-	} else {
-		row.Bytes = int64(len(got))
-	}
-	took, stale, last = staleWithin(20*time.Second, func() error {
-		row.Ops++
-		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		if _, err := f.Stat(); err != nil {
-			return err
-		}
-		k, err := f.ReadAt(buf, 0)
-		if (err == nil || err == io.EOF) && !bytes.Equal(buf[:k], oldData) {
-			return fmt.Errorf("the open fd read %d bytes that are not the old file's", k)
-		}
-		if err == io.EOF {
-			err = nil
-		}
-		return err
-	})
-	t.Logf("mount: the open fd gave ESTALE %v: %v after the replacement (other error: %v)", stale, took.Round(time.Millisecond), last)
-	switch {
-	case last != nil:
-		row.Unexpected++
-		row.Errors += fmt.Sprintf("open fd: %v; ", last)
-		t.Errorf("the open fd of a replaced file: %v", last)
-	case stale:
-		row.Expected, row.Recovery = 1, took
-	default:
-		// fusefs keeps an open file whose handle went stale as an
-		// unlinked open file (its last attributes, nlink 0), as a local
-		// file system would; the Linux NFS client gives ESTALE. Only
-		// the bytes are asserted: the old file's, never another's.
-		row.Workload = "mount: open fd keeps reading the old file (no ESTALE in 20 s: fusefs's unlinked-open-file semantics); the path finds the new file"
-	}
-	// And the path still reaches the new file.
-	row.Ops++
-	if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, newData) {
-		row.Unexpected++
-		row.Errors += fmt.Sprintf("open by path after ESTALE: %d bytes, %v", len(got), err)
-		t.Errorf("opening the replaced file by its path after the ESTALE: %d bytes, %v", len(got), err)
-	}
-	row.Pass = row.Unexpected == 0
-	addRow(t, row)
 }
 
 // fgMount is an nfsrdma-mount server run in the foreground as the test's
