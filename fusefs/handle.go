@@ -103,6 +103,11 @@ func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 		return err
 	})
+	if (err == nil || err == io.EOF) && !n.fsys.noAtime.Load() {
+		n.mu.Lock()
+		n.atimeStale = true
+		n.mu.Unlock()
+	}
 	return m, err
 }
 

@@ -72,6 +72,13 @@ type node struct {
 	// the name now (a new node).
 	gone bool
 
+	// atimeStale: a READ went to the server since the attributes came,
+	// so the server's atime has moved on. As the Linux client after a READ
+	// (unless mounted noatime), the next stat asks the server even while
+	// the attributes are trusted (FUSE asks this server for a stat after a
+	// read; its own internal revalidations leave atime out).
+	atimeStale bool
+
 	// A directory's complete set of names, while namesOK (see names.go).
 	names   map[string]struct{}
 	namesOK bool
@@ -199,6 +206,7 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	v := *a
 	n.floorSize(&v)
 	changed = n.attrs.update(v, n.fsys.now(), lo, hi)
+	n.atimeStale = false
 	if changed {
 		n.dropNamesLocked() // changed by someone: the names may be too
 		n.staleData = true
@@ -393,10 +401,11 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return syscall.ESTALE
 	}
 	left, fresh := n.attrs.fresh(n.fsys.now())
+	force := n.atimeStale
 	a := n.attrs.attr
 	n.floorSize(&a)
 	n.mu.Unlock()
-	if fresh {
+	if fresh && !force {
 		// Answered from the cache: no call, no call context.
 		n.fillOut(&out.Attr, &a)
 		out.SetTimeout(left)
@@ -404,7 +413,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	a, timeo, err := n.getattr(ctx, false)
+	a, timeo, err := n.getattr(ctx, force)
 	if err != nil {
 		// Gone from the server (removed or renamed over by another
 		// client): ESTALE, open or not, as the Linux client's

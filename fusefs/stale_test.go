@@ -60,8 +60,9 @@ func (s *staleServer) calls() int {
 // TestStaleHandleOfOpenFile: the server calls an open file's handle stale
 // (another client removed or replaced the file). As on the Linux client,
 // fstat and read of the open descriptor answer from the caches while the
-// attributes are trusted, and give ESTALE once they time out (at once with
-// actimeo=0) — not the old attributes with no link, nor the old bytes.
+// attributes are trusted (and no READ since the last stat moved the atime),
+// and give ESTALE once they time out (at once with actimeo=0) — not the old
+// attributes with no link, nor the old bytes.
 func TestStaleHandleOfOpenFile(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -85,6 +86,10 @@ func TestStaleHandleOfOpenFile(t *testing.T) {
 			if n, err := f.ReadAt(buf, 0); n != len(data) || !bytes.Equal(buf, data) {
 				t.Fatalf("read before: %d, %v", n, err)
 			}
+			// A stat after the read: the atime a READ moved is asked
+			// for now (see TestStatAfterRead), not after the replacement.
+			_, err = f.Stat()
+			check(t, err)
 			in := m.fsys.root.GetChild("f")
 			if in == nil {
 				t.Fatal("no node for f")
@@ -93,6 +98,7 @@ func TestStaleHandleOfOpenFile(t *testing.T) {
 			start := time.Now()
 			if tc.acreg > 0 {
 				// Within the attribute timeout: the caches answer.
+				// (Unless a slow machine let them time out already.)
 				if _, err := f.Stat(); err != nil && time.Since(start) < tc.acreg/2 {
 					t.Errorf("fstat within the attribute timeout: %v", err)
 				}
@@ -120,5 +126,37 @@ func TestStaleHandleOfOpenFile(t *testing.T) {
 				t.Errorf("close of the stale file: %v", err)
 			}
 		})
+	}
+}
+
+// TestStatAfterRead: a READ moves the server's atime, so a stat after one
+// asks the server (one GETATTR) even while the attributes are trusted, as
+// the Linux client's does; a second stat, and a stat after no read, ask
+// nothing.
+func TestStatAfterRead(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	data := bytes.Repeat([]byte("atime "), 2000)
+	check(t, os.WriteFile(srv.Dir+"/f", data, 0o644))
+	f, err := os.Open(m.path("f"))
+	check(t, err)
+	defer f.Close()
+	var st syscall.Stat_t
+	check(t, syscall.Fstat(int(f.Fd()), &st))
+	getattrs := func() uint64 { return m.calls(nfs3.ProcGetattr) }
+	g0 := getattrs()
+	check(t, syscall.Fstat(int(f.Fd()), &st))
+	if d := getattrs() - g0; d != 0 {
+		t.Errorf("fstat with no read in between: %d GETATTR, want 0", d)
+	}
+	buf := make([]byte, len(data))
+	if n, err := f.ReadAt(buf, 0); n != len(data) {
+		t.Fatalf("read: %d, %v", n, err)
+	}
+	g1 := getattrs()
+	check(t, syscall.Fstat(int(f.Fd()), &st))
+	check(t, syscall.Fstat(int(f.Fd()), &st))
+	if d := getattrs() - g1; d != 1 {
+		t.Errorf("two fstats after a read: %d GETATTR, want 1", d)
 	}
 }
