@@ -220,9 +220,13 @@ func TestFaultsMountDeviceRemoval(t *testing.T) {
 	sdir := exportSubdir(t, sub)
 	readFiles := serverFiles(t, sdir, "r", 3, 2<<20)
 	mnt := mountNFSRDMA(t, bin)
-	// After the mount's cleanup in registration order: the device is back
-	// before the unmount.
-	t.Cleanup(func() { restoreRXE(t) })
+	// Before the mount's cleanup (cleanups run last registered first):
+	// the device is back before the unmount.
+	t.Cleanup(func() {
+		if err := within2m("restoring rxe0 at the end", func() { restoreRXE(t) }); err != nil {
+			t.Error(err)
+		}
+	})
 	mdir := filepath.Join(mnt, sub)
 	netdev := rxeNetdev(t)
 	before, err := mountCounters(bin, mnt)
