@@ -59,13 +59,14 @@ func mountReaddirplus(dir string, n int) *workload {
 }
 
 // mountFault asks the mount server of dir, started with the fault hook,
-// to inject action.
+// to inject action. The command goes through the bed's runner: started
+// from this process, whose workloads hold files on the mount, its exec
+// would flush them to a mount whose connection is being broken.
 func mountFault(t *testing.T, bin, dir, action string) error {
-	out, err := exec.Command(bin, "fault", action, dir).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("nfsrdma-mount fault %s: %v: %s", action, err, bytes.TrimSpace(out))
+	if err := runBed(2*time.Minute, bin, "fault", action, dir); err != nil {
+		return err
 	}
-	t.Logf("nfsrdma-mount fault %s: %s", action, bytes.TrimSpace(out))
+	t.Logf("nfsrdma-mount fault %s %s: done", action, dir)
 	return nil
 }
 
@@ -152,27 +153,16 @@ func TestFaultsMountConnectionLost(t *testing.T) {
 }
 
 // deleteRXE runs `rdma link delete rxe0`, which returns once every user
-// of the device let go of it; after 90 s it reports who holds it.
+// of the device let go of it, through the bed's runner (the mount this
+// process holds files on waits for the device to come back); after 90 s
+// it reports the command's kernel stack and the kernel's log.
 func deleteRXE(t *testing.T) error {
 	start := time.Now()
-	done := make(chan error, 1)
-	var out []byte
-	go func() {
-		var err error
-		out, err = exec.Command("rdma", "link", "delete", "rxe0").CombinedOutput()
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("rdma link delete rxe0: %v: %s", err, out)
-		}
-		t.Logf("rdma link delete rxe0 returned in %v", time.Since(start).Round(time.Millisecond))
-		return nil
-	case <-time.After(90 * time.Second):
-		deviceHolders(t)
-		return errors.New("rdma link delete rxe0 still waits after 90 s: something holds the device")
+	if err := runBed(90*time.Second, "rdma", "link", "delete", "rxe0"); err != nil {
+		return err
 	}
+	t.Logf("rdma link delete rxe0 returned in %v", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // within2m runs f and reports a call still running after two minutes with
@@ -186,7 +176,11 @@ func within2m(what string, f func()) error {
 	case <-time.After(2 * time.Minute):
 	}
 	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
-	dmesg, _ := exec.Command("dmesg").CombinedOutput()
+	// The kernel log read directly: no command is started from this
+	// process while the mount may wait (see runBed).
+	dmesg := make([]byte, 1<<20)
+	n, _ := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, dmesg)
+	dmesg = dmesg[:max(n, 0)]
 	if len(dmesg) > 32<<10 {
 		dmesg = dmesg[len(dmesg)-32<<10:]
 	}
@@ -244,8 +238,8 @@ func TestFaultsMountDeviceRemoval(t *testing.T) {
 				return err
 			}
 			time.Sleep(time.Second) // the device is absent for a while
-			// On the same netdev; a hung add is reported with its
-			// kernel stack (shell's watchdog).
+			// On the same netdev, through the bed's runner; a hung add
+			// is reported with its kernel stack (shell's watchdog).
 			if err := shell("rdma", "link", "add", "rxe0", "type", "rxe", "netdev", netdev); err != nil {
 				return err
 			}
