@@ -182,6 +182,7 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// over, since): its entry goes, so that the VFS's retry of the
 		// open (once, on ESTALE) looks the name up again.
 		n.forgetIfStale(err)
+		n.markGone(err)
 		return nil, 0, toErrno(err)
 	}
 	changed := n.setAttr(&a)
@@ -216,6 +217,12 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	if f.lost.Load() {
 		return nil, f.lostIO("read")
 	}
+	if f.n.isGone() {
+		// The server called the handle stale: ESTALE, as the Linux
+		// client's reads of a stale inode give (nothing from the
+		// read-ahead's segments either).
+		return nil, syscall.ESTALE
+	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	// The reader sees its own writes: those written behind land first.
@@ -228,6 +235,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 		n, err = f.n.readAt(ctx, dest, off)
 	}
 	if err != nil && err != io.EOF {
+		f.n.markGone(err)
 		return nil, toErrno(err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0

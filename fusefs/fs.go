@@ -101,6 +101,8 @@ type FS struct {
 	// noFlushReads: files opened for reading are closed without FLUSH
 	// (set by MountWith when the kernel keeps the locks itself).
 	noFlushReads atomic.Bool
+	// noAtime: mounted noatime (see node.atimeStale).
+	noAtime atomic.Bool
 
 	// shared: other users than the mounting one may enter the mount
 	// (allow_other; set by NewRawFS). See private.go.
@@ -254,6 +256,7 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 	if mo.DirectMountFlags == 0 {
 		mo.DirectMountFlags = syscall.MS_NOSUID | syscall.MS_NODEV
 	}
+	f.noAtime.Store(mc.MountFlags&syscall.MS_NOATIME != 0)
 	f.lockCapabilities(&mo)
 	if f.opts.ReadOnly {
 		mo.Options = append(mo.Options, "ro")

@@ -103,6 +103,11 @@ func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		}
 		return err
 	})
+	if (err == nil || err == io.EOF) && !n.fsys.noAtime.Load() {
+		n.mu.Lock()
+		n.atimeStale = true
+		n.mu.Unlock()
+	}
 	return m, err
 }
 
@@ -128,6 +133,32 @@ func (n *node) readOne(ctx context.Context, fh nfs3.FileHandle, p []byte, off in
 		}
 	}
 	return m, nil
+}
+
+// markGone records that err, the result of a call with n's handle after
+// do's refresh, says n's object is gone from the server (see node.gone).
+// The kernel's cached pages are left alone: past the attribute timeout it
+// asks for the attributes before a read (FUSE auto_inval_data), and gets
+// ESTALE then, as the Linux client does.
+func (n *node) markGone(err error) {
+	if !isStale(err) {
+		return
+	}
+	n.mu.Lock()
+	was := n.gone
+	n.gone = true
+	fileid := n.attrs.attr.FileID
+	n.mu.Unlock()
+	if !was {
+		n.fsys.log.Debug("file handle stale: the object is gone from the server", "fileid", fileid)
+	}
+}
+
+// isGone reports whether n's object is known gone from the server.
+func (n *node) isGone() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gone
 }
 
 // forgetIfStale drops the kernel's dentry of n when err says n's object is

@@ -65,6 +65,20 @@ type node struct {
 	// changed (nocto opens go by it).
 	staleData bool
 
+	// gone: the server called the handle stale (NFS3ERR_STALE or
+	// BADHANDLE) and a new LOOKUP found no same object under another
+	// handle. As the Linux client's stale inode, every later GETATTR and
+	// READ through the node gives ESTALE; a path walk finds whatever has
+	// the name now (a new node).
+	gone bool
+
+	// atimeStale: a READ went to the server since the attributes came,
+	// so the server's atime has moved on. As the Linux client after a READ
+	// (unless mounted noatime), the next stat asks the server even while
+	// the attributes are trusted (FUSE asks this server for a stat after a
+	// read; its own internal revalidations leave atime out).
+	atimeStale bool
+
 	// A directory's complete set of names, while namesOK (see names.go).
 	names   map[string]struct{}
 	namesOK bool
@@ -199,6 +213,7 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	v := *a
 	n.floorSize(&v)
 	changed = n.attrs.update(v, n.fsys.now(), lo, hi)
+	n.atimeStale = false
 	if changed {
 		n.dropNamesLocked() // changed by someone: the names may be too
 		n.staleData = true
@@ -421,11 +436,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.mu.Lock()
+	if n.gone {
+		n.mu.Unlock()
+		return syscall.ESTALE
+	}
 	left, fresh := n.attrs.fresh(n.fsys.now())
+	force := n.atimeStale
 	a := n.attrs.attr
 	n.floorSize(&a)
 	n.mu.Unlock()
-	if fresh {
+	if fresh && !force {
 		// Answered from the cache: no call, no call context.
 		n.fillOut(&out.Attr, &a)
 		out.SetTimeout(left)
@@ -433,20 +453,14 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	a, timeo, err := n.getattr(ctx, false)
+	a, timeo, err := n.getattr(ctx, force)
 	if err != nil {
-		n.mu.Lock()
-		open := n.opens > 0
-		n.mu.Unlock()
-		if !isStale(err) || !open {
-			return toErrno(err)
-		}
-		// Open, and gone from the server (removed or renamed over by
-		// another client, or by this one in a race with the open): an
-		// unlinked open file, its last attributes with no link left.
-		a, _ = n.cached()
-		a.Nlink = 0
-		timeo = 0
+		// Gone from the server (removed or renamed over by another
+		// client): ESTALE, open or not, as the Linux client's
+		// revalidation gives once the attribute cache times out. (A file
+		// this mount unlinks while open lives on under its .nfs name.)
+		n.markGone(err)
+		return toErrno(err)
 	}
 	n.fillOut(&out.Attr, &a)
 	out.SetTimeout(timeo)

@@ -69,41 +69,14 @@ func addRow(t *testing.T, r faults.Row) {
 	}
 }
 
-// shell runs a command of the bed (rpc.nfsd and the like) and returns its
-// error with its output. A command still running after two minutes is
-// reported with its kernel stack (knfsd's start and stop happen in the
-// writes rpc.nfsd makes) and killed.
+// shell runs a command of the bed (rpc.nfsd and the like) through the
+// bed's command runner (runner_test.go: a command started from this
+// process could deadlock with the fault it injects) and returns its error
+// with its output. A command still running after two minutes is reported
+// with its kernel stack (knfsd's start and stop happen in the writes
+// rpc.nfsd makes) and killed.
 func shell(name string, args ...string) error {
-	var out bytes.Buffer
-	cmd := exec.Command(name, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
-		// Every blocked task's stack to the kernel log (and so the console).
-		os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
-		cmd.Process.Kill()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-		}
-		dmesg, _ := exec.Command("dmesg").CombinedOutput()
-		if len(dmesg) > 32<<10 {
-			dmesg = dmesg[len(dmesg)-32<<10:]
-		}
-		return fmt.Errorf("%s %s: still running after 2 minutes; its kernel stack:\n%s\ndmesg:\n%s", name, strings.Join(args, " "), stack, dmesg)
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out.Bytes()))
-	}
-	return nil
+	return runBed(2*time.Minute, name, args...)
 }
 
 // stopNFSD stops knfsd: every connection drops and nothing listens on
@@ -1201,13 +1174,9 @@ func staleWithin(d time.Duration, op func() error) (time.Duration, bool, error) 
 // TestFaultsStaleHandle is fault 5's ESTALE: a file replaced on the server
 // (removed and created again under its name) while the client holds its
 // handle. The library gets ESTALE for the old handle (once knfsd let go of
-// the removed inode) and the new file by a new LOOKUP; through the mount a
-// path is looked up again and reaches the new file (nfs(5): the client
-// revalidates a name whose handle went stale), while an open file
-// descriptor gets ESTALE or goes on reading the old file's bytes (fusefs
-// keeps it as an unlinked open file), never anything else.
+// the removed inode) and the new file by a new LOOKUP. Through the mounts
+// (nfsrdma's and the kernel's): TestFaultsStaleHandleMount.
 func TestFaultsStaleHandle(t *testing.T) {
-	bin := mountBinary(t)
 	const fault = "file replaced on the server (ESTALE)"
 	name := "faults-stale"
 	path := filepath.Join(exportDir, name)
@@ -1269,69 +1238,6 @@ func TestFaultsStaleHandle(t *testing.T) {
 	row.Pass = row.Unexpected == 0
 	addRow(t, row)
 
-	// The mount, attributes never cached: every access asks the server.
-	if err := os.WriteFile(path, oldData, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	mnt := mountNFSRDMA(t, bin, "actimeo=0")
-	row = faults.Row{Fault: fault, Workload: "mount: open fd gets ESTALE (time: to ESTALE); the path finds the new file"}
-	f, err := os.Open(filepath.Join(mnt, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if got, err := io.ReadAll(f); err != nil || !bytes.Equal(got, oldData) {
-		t.Fatalf("reading through the mount: %d, %v", len(got), err)
-	}
-	replace()
-	// A path is looked up again at once: the new file.
-	row.Ops++
-	if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, newData) {
-		row.Unexpected++
-		row.Errors += fmt.Sprintf("open by path: %d bytes, %v; ", len(got), err)
-		t.Errorf("opening the replaced file by its path: %d bytes, %v; want the new file", len(got), err)
-	} else {
-		row.Bytes = int64(len(got))
-	}
-	took, stale, last = staleWithin(20*time.Second, func() error {
-		row.Ops++
-		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
-		if _, err := f.Stat(); err != nil {
-			return err
-		}
-		k, err := f.ReadAt(buf, 0)
-		if (err == nil || err == io.EOF) && !bytes.Equal(buf[:k], oldData) {
-			return fmt.Errorf("the open fd read %d bytes that are not the old file's", k)
-		}
-		if err == io.EOF {
-			err = nil
-		}
-		return err
-	})
-	t.Logf("mount: the open fd gave ESTALE %v: %v after the replacement (other error: %v)", stale, took.Round(time.Millisecond), last)
-	switch {
-	case last != nil:
-		row.Unexpected++
-		row.Errors += fmt.Sprintf("open fd: %v; ", last)
-		t.Errorf("the open fd of a replaced file: %v", last)
-	case stale:
-		row.Expected, row.Recovery = 1, took
-	default:
-		// fusefs keeps an open file whose handle went stale as an
-		// unlinked open file (its last attributes, nlink 0), as a local
-		// file system would; the Linux NFS client gives ESTALE. Only
-		// the bytes are asserted: the old file's, never another's.
-		row.Workload = "mount: open fd keeps reading the old file (no ESTALE in 20 s: fusefs's unlinked-open-file semantics); the path finds the new file"
-	}
-	// And the path still reaches the new file.
-	row.Ops++
-	if got, err := os.ReadFile(filepath.Join(mnt, name)); err != nil || !bytes.Equal(got, newData) {
-		row.Unexpected++
-		row.Errors += fmt.Sprintf("open by path after ESTALE: %d bytes, %v", len(got), err)
-		t.Errorf("opening the replaced file by its path after the ESTALE: %d bytes, %v", len(got), err)
-	}
-	row.Pass = row.Unexpected == 0
-	addRow(t, row)
 }
 
 // fgMount is an nfsrdma-mount server run in the foreground as the test's
@@ -1537,21 +1443,6 @@ func TestFaultsSoak(t *testing.T) {
 			return nil
 		}},
 	}
-	if length < 5*time.Minute {
-		// The short soak of `make test` leaves out the faults that stop
-		// knfsd: on this bed `rpc.nfsd` sometimes hangs in the kernel when
-		// knfsd is stopped or started under RDMA load (seen in 2 of about
-		// 6 long soaks), which would stall the whole suite. The dedicated
-		// tests (TestFaultsKnfsdRestart, TestFaultsSilentServer) inject
-		// them once each under load; `make soak` injects them at random.
-		short := fs[:0]
-		for _, f := range fs {
-			if f.Name != "knfsd restart" && !strings.HasPrefix(f.Name, "silent server") {
-				short = append(short, f)
-			}
-		}
-		fs = short
-	}
 	// $NFSRDMA_SOAK_FAULTS (a regular expression) keeps only the faults
 	// whose names it matches, to reproduce one of them many times.
 	if re := os.Getenv("NFSRDMA_SOAK_FAULTS"); re != "" {
@@ -1577,6 +1468,11 @@ func TestFaultsSoak(t *testing.T) {
 	stats := map[string]*stat{}
 	worst := map[*workload]time.Duration{}
 	base := fc.snapshot()
+	// The mount server's descriptors: a server serving after the soak
+	// (the first, or one mounted after a kill) holds what the first one
+	// held before it (its threads only grow with load, so they are shown,
+	// not judged).
+	mbase := faults.TakeProcess(server().cmd.Process.Pid)
 	r := startWorkloads(ws...)
 	for _, w := range ws {
 		if _, ok := w.p.WaitOps(1, 2*time.Minute); !ok {
@@ -1644,6 +1540,16 @@ func TestFaultsSoak(t *testing.T) {
 	if now != base {
 		t.Errorf("library resources after the soak: %s", delta)
 	}
+	mnow := faults.Settle(faults.Snapshot{FDs: mbase.FDs}, 15*time.Second, func() faults.Snapshot {
+		return faults.Snapshot{FDs: faults.TakeProcess(server().cmd.Process.Pid).FDs}
+	})
+	mdelta := fmt.Sprintf("mount server fds %d before, %d after", mbase.FDs, mnow.FDs)
+	if m := faults.TakeProcess(server().cmd.Process.Pid); m.Threads > 0 {
+		mdelta += fmt.Sprintf(" (threads %d, %d)", mbase.Threads, m.Threads)
+	}
+	if mnow.FDs != mbase.FDs || mbase.FDs <= 0 {
+		t.Errorf("mount server after the soak: %s", mdelta)
+	}
 	for _, p := range mountProblems {
 		t.Error(p)
 	}
@@ -1662,7 +1568,7 @@ func TestFaultsSoak(t *testing.T) {
 		if w.p.Unexpected() > 0 {
 			t.Errorf("%s: unexpected errors in the soak: %s", w.name, w.p.Errors())
 		}
-		res := "mount: not measured (its server is killed)"
+		res := mdelta
 		if strings.HasPrefix(w.name, "library") {
 			res = "library: " + delta
 		}

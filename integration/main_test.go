@@ -26,11 +26,18 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("NFSRDMA_LOCK_HELPER"); mode != "" {
 		os.Exit(lockHelper(mode, os.Getenv("NFSRDMA_LOCK_FILE"))) // lock_test.go's second process
 	}
+	if os.Getenv(runnerEnv) != "" {
+		os.Exit(runnerMain()) // runner_test.go: the bed's commands
+	}
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "integration: these tests run inside the test-bed guest (knfsd over Soft-RoCE).\n"+
 			"Run them with 'make test', or build with 'go test -c -tags integration ./integration' and run the binary with\n"+
 			"'go run ./integration/cmd/testbed run -- ./integration.test -test.v'.")
 		os.Exit(2)
+	}
+	if err := startRunner(); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		os.Exit(1)
 	}
 	os.Exit(m.Run())
 }

@@ -46,6 +46,8 @@ type invocation struct {
 	json     bool          // -json
 	interval time.Duration // -i SECONDS; 0: once
 	count    int           // -c N reports; 0: until interrupted
+
+	faultAction string // fault: what to inject (test-only hook, fault.go)
 }
 
 const usage = `usage:
@@ -203,6 +205,11 @@ func parseArgs(argv0 string, args []string) (*invocation, error) {
 	if !inv.helper && !umountHelper && inv.cmd == cmdMount && len(pos) > 0 && pos[0] == cmdStats {
 		inv.cmd = cmdStats
 		pos = pos[1:]
+	}
+	if !inv.helper && !umountHelper && inv.cmd == cmdMount && len(pos) == 3 && pos[0] == cmdFault {
+		// The test-only fault hook (fault.go): not in the usage.
+		inv.cmd, inv.faultAction, inv.dir = cmdFault, pos[1], pos[2]
+		return inv, nil
 	}
 	switch inv.cmd {
 	case cmdStats:

@@ -18,7 +18,9 @@ import (
 // The control socket: a running mount server listens on a unix socket named
 // after its mount point; "nfsrdma-mount stats" and "nfsrdma-mount -u" ask it
 // one command a connection ("stats" or "unmount", one line) and read the
-// answer until EOF. An unmount answer is "ok" or "error: ...".
+// answer until EOF. An unmount answer is "ok" or "error: ...". A server
+// started with NFSRDMA_FAULT_INJECT=1 (for tests only, see fault.go) also
+// takes "fault ACTION"; any other server answers it as an unknown command.
 
 // controlDir is where this process's server puts its socket: /run/nfsrdma
 // for root, else the user's runtime directory ($XDG_RUNTIME_DIR, or
@@ -115,6 +117,7 @@ type controlServer struct {
 	path    string
 	stats   func(json bool) string
 	unmount func() error
+	inject  func(action string) string // "fault ACTION"; nil: not taken
 	wg      sync.WaitGroup
 }
 
@@ -122,8 +125,9 @@ type controlServer struct {
 var ErrAlreadyServed = errors.New("a running nfsrdma-mount already serves this mount point")
 
 // listenControl creates dir's control socket. A socket left by a server that
-// died is replaced; one that answers is ErrAlreadyServed.
-func listenControl(dir string, stats func(json bool) string, unmount func() error) (*controlServer, error) {
+// died is replaced; one that answers is ErrAlreadyServed. inject, when not
+// nil, answers "fault ACTION" (the test-only fault hook).
+func listenControl(dir string, stats func(json bool) string, unmount func() error, inject func(action string) string) (*controlServer, error) {
 	path, err := socketPath(dir)
 	if err != nil {
 		return nil, err
@@ -144,7 +148,7 @@ func listenControl(dir string, stats func(json bool) string, unmount func() erro
 		ln.Close()
 		return nil, err
 	}
-	s := &controlServer{ln: ln, path: path, stats: stats, unmount: unmount}
+	s := &controlServer{ln: ln, path: path, stats: stats, unmount: unmount, inject: inject}
 	s.wg.Go(s.serve)
 	return s, nil
 }
@@ -167,7 +171,12 @@ func (s *controlServer) answer(c net.Conn) {
 		return
 	}
 	c.SetReadDeadline(time.Time{})
-	switch strings.TrimSpace(line) {
+	cmd := strings.TrimSpace(line)
+	if action, ok := strings.CutPrefix(cmd, "fault "); ok && s.inject != nil {
+		io.WriteString(c, s.inject(strings.TrimSpace(action)))
+		return
+	}
+	switch cmd {
 	case "stats":
 		io.WriteString(c, s.stats(false))
 	case "stats-json":
@@ -179,7 +188,7 @@ func (s *controlServer) answer(c net.Conn) {
 		}
 		io.WriteString(c, "ok\n")
 	default:
-		fmt.Fprintf(c, "error: unknown command %q\n", strings.TrimSpace(line))
+		fmt.Fprintf(c, "error: unknown command %q\n", cmd)
 	}
 }
 

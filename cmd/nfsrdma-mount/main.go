@@ -66,6 +66,8 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case cmdStats:
 		return statsCommand(name, inv, stdout, stderr)
+	case cmdFault:
+		return faultCommand(name, inv, stdout, stderr)
 	case cmdUnmount:
 		if err := unmountDir(inv.dir, inv.lazy, inv.force); err != nil {
 			fmt.Fprintf(stderr, "%s: unmount %s: %v\n", name, inv.dir, err)

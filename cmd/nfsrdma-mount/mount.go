@@ -20,6 +20,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/nlm"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/verbs/faulty"
 	"github.com/nfsrdma/nfsrdma/verbs/ibv"
 	"github.com/nfsrdma/nfsrdma/xprt"
 )
@@ -53,6 +54,9 @@ type mountServer struct {
 	locks   *nlm.Locker // nil: nolock or local_lock=all
 	fuse    *fuse.Server
 	ctl     *controlServer
+	// faults decorates the RDMA fabric when NFSRDMA_FAULT_INJECT=1 (tests
+	// only, see fault.go); nil otherwise.
+	faults *faulty.Fabric
 }
 
 // MountError is a mount that failed, with the reason a user can act on.
@@ -329,6 +333,11 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		if fab, err = openFabric(); err != nil {
 			return err
 		}
+		if faultInjection() {
+			m.faults = faulty.New(fab)
+			fab = m.faults
+			m.log.Warn("fault injection enabled (" + faultInjectEnv + "=1): for testing only")
+		}
 	}
 	root, err := m.connect(ctx, fab)
 	if err != nil {
@@ -390,7 +399,11 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		}
 		return fmt.Errorf("FUSE mount: %w", err)
 	}
-	if m.ctl, err = listenControl(m.dir, m.statsAnswer, m.unmount); err != nil {
+	var inject func(string) string
+	if m.faults != nil {
+		inject = m.injectFault
+	}
+	if m.ctl, err = listenControl(m.dir, m.statsAnswer, m.unmount, inject); err != nil {
 		return err
 	}
 	m.started = time.Now()
