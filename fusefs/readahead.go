@@ -21,7 +21,11 @@ import (
 //
 // A segment is used only if no change of the file's data by this mount
 // completed after its READ started (node.dataGen), so the reader sees its
-// own writes.
+// own writes, and only for bytes it has not given out yet: the kernel asks
+// again for data it was given only when its page cache let go of it (or
+// for direct I/O), and such a read goes to the server as the kernel
+// client's would, instead of being a second cache that nothing
+// revalidates.
 type readAhead struct {
 	f       *openFile
 	segSize int
@@ -34,6 +38,7 @@ type readAhead struct {
 	eof    int64              // a segment ended the file here (-1: not seen)
 	eofGen uint64             // dataGen when eof was seen
 	segs   map[int64]*segment // by index (offset / segSize)
+	gave   map[int64][]uint64 // pages given out, by segment index (see given)
 }
 
 type segment struct {
@@ -44,8 +49,40 @@ type segment struct {
 	err  error
 }
 
+// raPage is the unit in which the read-ahead records what it gave out.
+const raPage = 4096
+
+// given reports whether every page of [off, off+n) was given out to the
+// kernel since the window opened (a read of data it was given before);
+// ra.mu is held.
+func (ra *readAhead) given(off int64, n int) bool {
+	size := int64(ra.segSize)
+	for p := off &^ (raPage - 1); p < off+int64(n); p += raPage {
+		b := ra.gave[p/size]
+		k := (p % size) / raPage
+		if b == nil || b[k/64]&(1<<(k%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// markGiven records that [off, off+n) was given out; ra.mu is held.
+func (ra *readAhead) markGiven(off int64, n int) {
+	size := int64(ra.segSize)
+	for p := off &^ (raPage - 1); p < off+int64(n); p += raPage {
+		i, k := p/size, (p%size)/raPage
+		b := ra.gave[i]
+		if b == nil {
+			b = make([]uint64, (size/raPage+63)/64)
+			ra.gave[i] = b
+		}
+		b[k/64] |= 1 << (k % 64)
+	}
+}
+
 func newReadAhead(f *openFile, segSize, window int) *readAhead {
-	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment)}
+	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment), gave: make(map[int64][]uint64)}
 }
 
 // read fills dest from off; n < len(dest) means the file ended (io.EOF).
@@ -67,13 +104,18 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, err
 	// I/O, the kernel's own read-ahead) arrive a little out of order: one
 	// that falls in a segment already read ahead is sequential too.
 	seq := ra.begun && off == ra.next || known && ra.depth > 0
+	if seq && ra.given(off, len(dest)) {
+		seq = false // read again: from the server (see above)
+	}
 	if !seq {
 		// Random access (or the first read): forget the window and read
 		// just what was asked, directly.
 		clear(ra.segs)
+		clear(ra.gave)
 		ra.depth = 0
 		ra.next = off + int64(len(dest))
 		ra.begun = true
+		ra.markGiven(off, len(dest))
 		ra.mu.Unlock()
 		return n.readAt(ctx, dest, off)
 	}
@@ -87,6 +129,11 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, err
 		// behind this may still be on their way.
 		if i < first-int64(ra.maxSegs) {
 			delete(ra.segs, i)
+		}
+	}
+	for i := range ra.gave {
+		if i < first-int64(ra.maxSegs) {
+			delete(ra.gave, i)
 		}
 	}
 	need := make([]*segment, 0, last-first+1)
@@ -121,7 +168,11 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, err
 		segOff := i * size
 		from := max(off+int64(total)-segOff, 0)
 		if from < int64(len(s.data)) {
-			total += copy(dest[total:], s.data[from:])
+			c := copy(dest[total:], s.data[from:])
+			ra.mu.Lock()
+			ra.markGiven(segOff+from, c)
+			ra.mu.Unlock()
+			total += c
 		}
 		if total == len(dest) {
 			return total, nil

@@ -150,6 +150,43 @@ func TestRPCRandomRead4K(t *testing.T) {
 	}
 }
 
+// TestRPCRereadGoesToServer: data read ahead and given out once is not
+// given again from the read-ahead: a sequential reader's second pass over
+// what it read (the kernel asks only when its page cache let go of it)
+// costs READs, as on the kernel client, so the server's answer (new data,
+// a stale handle) is seen.
+func TestRPCRereadGoesToServer(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), data, 0o644))
+	o := DefaultOptions()
+	o.ReadAhead = 4 << 20
+	m, rec := mountRecorded(t, srv, &o, MountConfig{})
+	f, err := os.OpenFile(m.path("f"), os.O_RDONLY|syscall.O_DIRECT, 0)
+	check(t, err)
+	defer f.Close()
+	p := make([]byte, 64<<10)
+	for off := int64(0); off < int64(len(data)); off += int64(len(p)) {
+		if n, err := f.ReadAt(p, off); err != nil || n != len(p) || !bytes.Equal(p, data[off:off+int64(n)]) {
+			t.Fatalf("first pass at %d: %d bytes, %v", off, n, err)
+		}
+	}
+	// The server's copy changes; the reader goes over it again.
+	data[0] ^= 0xff
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), data, 0o644))
+	from := rec.mark()
+	if n, err := f.ReadAt(p, 0); err != nil || n != len(p) {
+		t.Fatalf("second pass: %d bytes, %v", n, err)
+	}
+	if got := rec.since(from, nfs3.ProcRead); len(got) == 0 {
+		t.Errorf("reading again what the read-ahead gave out made no READ")
+	}
+	if p[0] != data[0] {
+		t.Errorf("reading again gave the read-ahead's old byte %#x, the server has %#x", p[0], data[0])
+	}
+}
+
 // TestRPCSequentialSmallWrites: 256 sequential writes of 4 KiB are gathered
 // into WRITEs of wsize.
 func TestRPCSequentialSmallWrites(t *testing.T) {
