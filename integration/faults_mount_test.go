@@ -175,16 +175,7 @@ func within2m(what string, f func()) error {
 		return nil
 	case <-time.After(2 * time.Minute):
 	}
-	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
-	// The kernel log read directly: no command is started from this
-	// process while the mount may wait (see runBed).
-	dmesg := make([]byte, 1<<20)
-	n, _ := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, dmesg)
-	dmesg = dmesg[:max(n, 0)]
-	if len(dmesg) > 32<<10 {
-		dmesg = dmesg[len(dmesg)-32<<10:]
-	}
-	return fmt.Errorf("%s: still running after 2 minutes; dmesg:\n%s", what, dmesg)
+	return fmt.Errorf("%s: still running after 2 minutes; dmesg:\n%s", what, blockedTasksLog())
 }
 
 // rxeNetdev returns the network device rxe0 runs on (`rdma link show`).

@@ -149,16 +149,7 @@ func runBed(timeout time.Duration, name string, args ...string) error {
 				stack = readStack(pid)
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
-			// Every blocked task's stack to the kernel log (and the console).
-			os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
-			// The kernel log read directly: no command may be started
-			// from this process now.
-			dmesg := make([]byte, 1<<20)
-			n, _ := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, dmesg)
-			dmesg = dmesg[:max(n, 0)]
-			if len(dmesg) > 32<<10 {
-				dmesg = dmesg[len(dmesg)-32<<10:]
-			}
+			dmesg := blockedTasksLog()
 			bedRunner.broken = fmt.Errorf("bed command runner lost: %s %s did not end", name, strings.Join(args, " "))
 			return fmt.Errorf("%s %s: still running after %v; its kernel stack:\n%s\ndmesg:\n%s", name, strings.Join(args, " "), timeout, stack, dmesg)
 		}
@@ -183,4 +174,19 @@ func readStack(pid int) string {
 	case <-time.After(5 * time.Second):
 		return "(unreadable: the task is in the middle of an exec)"
 	}
+}
+
+// blockedTasksLog writes every blocked task's kernel stack to the kernel
+// log (sysrq w; the console shows it too) and returns the log's last
+// 32 KiB, read directly: no command may be started from this process while
+// a fault may make its exec wait (see runBed).
+func blockedTasksLog() []byte {
+	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	dmesg := make([]byte, 1<<20)
+	n, _ := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, dmesg)
+	dmesg = dmesg[:max(n, 0)]
+	if len(dmesg) > 32<<10 {
+		dmesg = dmesg[len(dmesg)-32<<10:]
+	}
+	return dmesg
 }
