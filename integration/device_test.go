@@ -55,6 +55,17 @@ func restoreRXE(t *testing.T) {
 func deviceHolders(t *testing.T) {
 	t.Helper()
 	var b strings.Builder
+	b.WriteString(uverbsHolders())
+	out, _ := exec.Command("sh", "-c", "dmesg | tail -25; rdma link show; ls /sys/class/infiniband /sys/class/infiniband_verbs").CombinedOutput()
+	b.Write(out)
+	t.Logf("device holders:\n%s", b.String())
+}
+
+// uverbsHolders lists the processes with an RDMA device file open or
+// mapped, and this process's goroutines in xprt and verbs/ibv; it starts
+// no command (see runBed).
+func uverbsHolders() string {
+	var b strings.Builder
 	pids, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range pids {
 		comm, _ := os.ReadFile(p + "/comm")
@@ -80,9 +91,7 @@ func deviceHolders(t *testing.T) {
 			b.WriteString(g + "\n\n")
 		}
 	}
-	out, _ := exec.Command("sh", "-c", "dmesg | tail -25; rdma link show; ls /sys/class/infiniband /sys/class/infiniband_verbs").CombinedOutput()
-	b.Write(out)
-	t.Logf("device holders:\n%s", b.String())
+	return b.String()
 }
 
 // TestXprtDeviceRemovalRXE: `rdma link delete rxe0` while a verified READ

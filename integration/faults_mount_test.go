@@ -159,7 +159,7 @@ func TestFaultsMountConnectionLost(t *testing.T) {
 func deleteRXE(t *testing.T) error {
 	start := time.Now()
 	if err := runBed(90*time.Second, "rdma", "link", "delete", "rxe0"); err != nil {
-		return err
+		return fmt.Errorf("%w\nholders of the device:\n%s", err, uverbsHolders())
 	}
 	t.Logf("rdma link delete rxe0 returned in %v", time.Since(start).Round(time.Millisecond))
 	return nil

@@ -113,6 +113,7 @@ type endpoint struct {
 
 func newEndpoint(f *Fabric, ch *cmChannel, id *C.struct_rdma_cm_id) *endpoint {
 	f.live.endpoints.Add(1)
+	cmIDMade()
 	return &endpoint{f: f, ch: ch, id: id, events: make(chan verbs.CMEvent, 8), stop: make(chan struct{})}
 }
 
@@ -391,6 +392,7 @@ func (ep *endpoint) Close() error {
 		close(ep.events)
 	}
 	ep.f.live.endpoints.Add(-1)
+	cmIDGone(ep.id)
 	C.rdma_destroy_id(ep.id)
 	C.rdma_destroy_event_channel(ep.ch.ch)
 	if dev := ep.removedDev.Load(); dev != 0 {
@@ -454,6 +456,7 @@ func (f *Fabric) Listen(addr netip.AddrPort) (verbs.Listener, error) {
 		return nil, &verbs.OpError{Verb: "rdma_listen", Object: addr.String(), Err: err}
 	}
 	f.live.endpoints.Add(1)
+	cmIDMade()
 	return &listener{f: f, ch: ch, id: id}, nil
 }
 
@@ -507,6 +510,7 @@ func (l *listener) Close() error {
 	l.ch.mu.Lock() // wait for an Accept in progress to leave
 	l.ch.mu.Unlock()
 	l.f.live.endpoints.Add(-1)
+	cmIDGone(l.id)
 	C.rdma_destroy_id(l.id)
 	C.rdma_destroy_event_channel(l.ch.ch)
 	return nil
