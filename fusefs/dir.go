@@ -79,6 +79,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	n.dropPlus(name)
+	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -94,6 +95,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		// Made just now: empty.
 		if c, ok := in.Operations().(*node); ok {
 			c.startNames()
+			if caller != nil && caller.Uid == 0 {
+				c.madeByRoot()
+			}
 		}
 	}
 	return in, errno

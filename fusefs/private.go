@@ -100,6 +100,21 @@ func (n *node) learnRootSearch(err error) {
 	n.rootSearch = rootVerdict{known: true, allowed: allowed, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
 }
 
+// madeByRoot records root's verdict for a directory root has just made:
+// the server made it with root's credential, so root (squashed or not) is
+// its owner there, and may search it if the owner may. Without this, tar
+// -x as root would ask the server once in every private directory it
+// makes (GNU tar makes them 0700 and sets their modes at the end).
+func (n *node) madeByRoot() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	left, fresh := n.attrs.fresh(n.fsys.now())
+	if !fresh {
+		return
+	}
+	n.rootSearch = rootVerdict{known: true, allowed: n.attrs.attr.Mode&0o100 != 0, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
+}
+
 // privateLookup answers a LOOKUP of name in the private directory n
 // without a call when it can (done). Otherwise Lookup goes on, asking the
 // server with root's credential (askAsRoot: none of this mount's own

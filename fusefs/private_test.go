@@ -97,3 +97,31 @@ func TestPrivateDirRoot(t *testing.T) {
 		t.Errorf("root's lstat of a missing name in the 0700 directory: %v, want EACCES", err)
 	}
 }
+
+// TestPrivateDirMadeByRoot: a private directory root makes (tar -x makes
+// its directories 0700 and sets their modes at the end) is root's own on
+// the server, squashed or not: root's work in it needs no LOOKUP to learn
+// that it may search it.
+func TestPrivateDirMadeByRoot(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Chmod(srv.Dir, 0o755))
+	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
+	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	// In a directory this mount made, whose names it knows (as tar -x
+	// into a fresh directory).
+	check(t, os.Mkdir(m.path("top"), 0o755))
+	from := rec.mark()
+	for i := range 3 {
+		d := m.path("top/d" + strconv.Itoa(i))
+		check(t, os.Mkdir(d, 0o700))
+		for j := range 3 {
+			check(t, os.WriteFile(filepath.Join(d, "f"+strconv.Itoa(j)), []byte("x"), 0o644))
+			if _, err := os.Lstat(filepath.Join(d, "f"+strconv.Itoa(j))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := rec.since(from, nfs3.ProcLookup); len(got) != 0 {
+		t.Errorf("root making files in 0700 directories it made: %d LOOKUP calls, want 0", len(got))
+	}
+}
