@@ -23,19 +23,29 @@ import (
 // let go as letRemovedDeviceGo does. The watch stops when an id is made
 // again or every device it watched is gone.
 var cmIdle struct {
-	mu       sync.Mutex
-	ids      int                // live rdma_cm ids (endpoints and listeners)
-	devs     map[uintptr][2]int // device → its context's command and async fds
-	watching bool
+	mu   sync.Mutex
+	ids  int                // live rdma_cm ids (endpoints and listeners)
+	devs map[uintptr][2]int // device → its context's command and async fds
+	// The watcher, while it runs: closing stop ends it, done is closed
+	// when it has ended.
+	stop, done chan struct{}
 }
 
 // idleWatchPeriod is how often an idle process checks its devices.
 const idleWatchPeriod = time.Second
 
+// cmIDMade counts a new id; a watcher still running is ended first (and
+// waited for: it is not left behind an application's new connection).
 func cmIDMade() {
 	cmIdle.mu.Lock()
 	cmIdle.ids++
+	stop, done := cmIdle.stop, cmIdle.done
+	cmIdle.stop, cmIdle.done = nil, nil
 	cmIdle.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
 }
 
 // cmIDGone is called before rdma_destroy_id of an id that cmIDMade counted.
@@ -52,23 +62,23 @@ func cmIDGone(id *C.struct_rdma_cm_id) {
 		}
 		cmIdle.devs[dev] = [2]int{int(cmdFD), int(asyncFD)}
 	}
-	if cmIdle.ids == 0 && len(cmIdle.devs) > 0 && !cmIdle.watching {
-		cmIdle.watching = true
-		go watchIdleDevices()
+	if cmIdle.ids == 0 && len(cmIdle.devs) > 0 && cmIdle.stop == nil {
+		cmIdle.stop, cmIdle.done = make(chan struct{}), make(chan struct{})
+		go watchIdleDevices(cmIdle.stop, cmIdle.done)
 	}
 }
 
-func watchIdleDevices() {
+func watchIdleDevices(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(idleWatchPeriod)
+	defer t.Stop()
 	for {
-		time.Sleep(idleWatchPeriod)
-		cmIdle.mu.Lock()
-		if cmIdle.ids > 0 || len(cmIdle.devs) == 0 {
-			// Ids again: their events (DEVICE_REMOVAL) take over; the
-			// devices are watched again when the last one goes.
-			cmIdle.watching = false
-			cmIdle.mu.Unlock()
-			return
+		select {
+		case <-stop:
+			return // an id again: its events (DEVICE_REMOVAL) take over
+		case <-t.C:
 		}
+		cmIdle.mu.Lock()
 		devs := maps.Clone(cmIdle.devs)
 		cmIdle.mu.Unlock()
 		for dev, fds := range devs {
@@ -83,5 +93,14 @@ func watchIdleDevices() {
 			delete(cmIdle.devs, dev)
 			cmIdle.mu.Unlock()
 		}
+		cmIdle.mu.Lock()
+		if len(cmIdle.devs) == 0 && cmIdle.stop != nil {
+			// Nothing left to watch: this watcher is done (unless an id
+			// already took it over and is waiting for done).
+			cmIdle.stop, cmIdle.done = nil, nil
+			cmIdle.mu.Unlock()
+			return
+		}
+		cmIdle.mu.Unlock()
 	}
 }
