@@ -92,12 +92,7 @@ func (n *node) learnRootSearch(err error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	left, fresh := n.attrs.fresh(n.fsys.now())
-	if !fresh {
-		n.rootSearch = rootVerdict{}
-		return
-	}
-	n.rootSearch = rootVerdict{known: true, allowed: allowed, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
+	n.setRootSearch(allowed)
 }
 
 // madeByRoot records root's verdict for a directory root has just made:
@@ -108,11 +103,18 @@ func (n *node) learnRootSearch(err error) {
 func (n *node) madeByRoot() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.setRootSearch(n.attrs.attr.Mode&0o100 != 0)
+}
+
+// setRootSearch records a verdict on root's search of n for as long as n's
+// attributes are trusted (none when they are not); n.mu is held.
+func (n *node) setRootSearch(allowed bool) {
 	left, fresh := n.attrs.fresh(n.fsys.now())
 	if !fresh {
+		n.rootSearch = rootVerdict{}
 		return
 	}
-	n.rootSearch = rootVerdict{known: true, allowed: n.attrs.attr.Mode&0o100 != 0, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
+	n.rootSearch = rootVerdict{known: true, allowed: allowed, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
 }
 
 // privateLookup answers a LOOKUP of name in the private directory n
