@@ -74,7 +74,7 @@ func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc)
 	// channel takes a goroutine of its own. One sweeper per mount looks
 	// at the requests in flight (no timer or goroutine per request).
 	w := &reqWatch{fctx: fctx, watch: watch}
-	f.watches.add(f, w)
+	f.watches.add(w)
 	return ctx, func() {
 		f.watches.remove(w)
 		cancel()
@@ -94,28 +94,22 @@ type reqWatch struct {
 	stop  func() bool // the watch started on an interrupt
 }
 
-// watchList is the mount's requests in flight and their sweeper.
+// watchList is the mount's requests in flight and their sweeper: a timer
+// armed while any request is in flight, so that a request costs no
+// goroutine wake-up of its own (most end long before watchAfter).
 type watchList struct {
-	mu      sync.Mutex
-	reqs    []*reqWatch
-	running bool
-	wake    chan struct{}
+	mu    sync.Mutex
+	reqs  []*reqWatch
+	armed bool // a sweep is due within watchAfter
 }
 
-func (l *watchList) add(f *FS, w *reqWatch) {
+func (l *watchList) add(w *reqWatch) {
 	l.mu.Lock()
 	w.idx = len(l.reqs)
 	l.reqs = append(l.reqs, w)
-	if !l.running {
-		l.running = true
-		l.wake = make(chan struct{}, 1)
-		go l.sweep(f.ctx)
-	}
-	if len(l.reqs) == 1 {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
+	if !l.armed {
+		l.armed = true
+		time.AfterFunc(watchAfter, l.sweep)
 	}
 	l.mu.Unlock()
 }
@@ -137,38 +131,26 @@ func (l *watchList) remove(w *reqWatch) {
 	}
 }
 
-// sweep looks at the requests in flight every watchAfter while there are
-// any, and starts the watch of each one interrupted; it ends with the
-// mount (ctx).
-func (l *watchList) sweep(ctx context.Context) {
-	for {
-		l.mu.Lock()
-		idle := len(l.reqs) == 0
-		l.mu.Unlock()
-		if idle {
-			select {
-			case <-l.wake:
-			case <-ctx.Done():
-				return
-			}
+// sweep starts the watch of each request in flight that was interrupted,
+// and comes back after watchAfter while any is in flight: a request
+// interrupted while it waits is looked at within two watchAfter.
+func (l *watchList) sweep() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range l.reqs {
+		if w.stop != nil {
+			continue
 		}
 		select {
-		case <-time.After(watchAfter):
-		case <-ctx.Done():
-			return
+		case <-w.fctx.Done():
+			w.stop = context.AfterFunc(w.fctx, w.watch)
+		default:
 		}
-		l.mu.Lock()
-		for _, w := range l.reqs {
-			if w.stop != nil {
-				continue
-			}
-			select {
-			case <-w.fctx.Done():
-				w.stop = context.AfterFunc(w.fctx, w.watch)
-			default:
-			}
-		}
-		l.mu.Unlock()
+	}
+	if len(l.reqs) > 0 {
+		time.AfterFunc(watchAfter, l.sweep)
+	} else {
+		l.armed = false
 	}
 }
 

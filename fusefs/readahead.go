@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"sync"
+	"syscall"
 )
 
 // readAhead serves a sequential reader of one open file from segments of
@@ -18,6 +19,14 @@ import (
 // sequential reader: concurrent requests arrive a little out of order). A
 // random reader thus costs exactly the READs of what it asks for; the
 // first read of a handle is not read ahead either.
+//
+// A handle opened for direct I/O is read ahead only while its reader has
+// one read in flight at a time (a synchronous sequential reader, whose
+// next request would otherwise wait a round trip). Once two of its reads
+// overlap, the reader pipelines by itself (asynchronous direct I/O, or
+// several threads): from then on each read is one READ of what it asks
+// for, as the kernel client's direct I/O is, since a window started for
+// requests already on their way only fetches what they fetch again.
 //
 // A segment is used only if no change of the file's data by this mount
 // completed after its READ started (node.dataGen), so the reader sees its
@@ -39,6 +48,10 @@ type readAhead struct {
 	eofGen uint64             // dataGen when eof was seen
 	segs   map[int64]*segment // by index (offset / segSize)
 	gave   map[int64][]uint64 // pages given out, by segment index (see given)
+
+	direct    bool // the handle was opened O_DIRECT
+	inflight  int  // reads being served
+	pipelined bool // direct: two reads overlapped, so no read-ahead
 }
 
 type segment struct {
@@ -82,7 +95,8 @@ func (ra *readAhead) markGiven(off int64, n int) {
 }
 
 func newReadAhead(f *openFile, segSize, window int) *readAhead {
-	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment), gave: make(map[int64][]uint64)}
+	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment), gave: make(map[int64][]uint64),
+		direct: f.flags&syscall.O_DIRECT != 0}
 }
 
 // read fills dest from off; n < len(dest) means the file ended (io.EOF).
@@ -99,6 +113,23 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, err
 	n.mu.Unlock()
 
 	ra.mu.Lock()
+	ra.inflight++
+	defer func() {
+		ra.mu.Lock()
+		ra.inflight--
+		ra.mu.Unlock()
+	}()
+	if ra.direct && (ra.pipelined || ra.inflight > 1) {
+		// A pipelining direct reader: exactly what it asks for (see
+		// above). Segments already read ahead are left to the reads
+		// that wait for them and dropped with the window.
+		ra.pipelined = true
+		clear(ra.segs)
+		clear(ra.gave)
+		ra.depth = 0
+		ra.mu.Unlock()
+		return n.readAt(ctx, dest, off)
+	}
 	_, known := ra.segs[first]
 	// Concurrent requests of one sequential reader (asynchronous direct
 	// I/O, the kernel's own read-ahead) arrive a little out of order: one

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,11 @@ type MatrixPlan struct {
 	BigDir      int // entries of the directory listed cold
 	Nconnect    []int
 	StepTimeout time.Duration // of one workload on one client
+	// Only, if set, runs just the workloads whose "group/name" it matches
+	// (a developer's loop over a few rows; a row may need one before it:
+	// the page-cache read reads the file the direct fio jobs lay out, the
+	// small-file rows work on what tar -x made).
+	Only *regexp.Regexp `json:"-"`
 }
 
 // DefaultMatrixPlan is what `testbed bench` runs.
@@ -633,7 +639,7 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 	g.Report.Note("matrix plan: %+v", p)
 	kern := &mclient{name: "kernel", key: "kernel", dir: "/mnt/bench-kernel", g: g}
 	ours := &mclient{name: "nfsrdma-mount", key: "ours", dir: "/mnt/bench-ours", g: g}
-	main := matrixWorkloads(p)
+	main := p.only(matrixWorkloads(p))
 	var cells []*cell
 	byName := map[string]*cell{}
 	cellOf := func(w *workload) *cell {
@@ -650,7 +656,7 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 		cellOf(w)
 	}
 	for _, n := range p.Nconnect {
-		for _, w := range nconnectWorkloads(n) {
+		for _, w := range p.only(nconnectWorkloads(n)) {
 			cellOf(w)
 		}
 	}
@@ -670,7 +676,10 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 		kern.unmount()
 		ours.unmount()
 		for _, n := range p.Nconnect {
-			ws := nconnectWorkloads(n)
+			ws := p.only(nconnectWorkloads(n))
+			if len(ws) == 0 {
+				continue
+			}
 			kern.nconnect, ours.nconnect = n, n
 			kern.dir, ours.dir = fmt.Sprintf("/mnt/bench-kernel-nc%d", n), fmt.Sprintf("/mnt/bench-ours-nc%d", n)
 			order = []*mclient{kern, ours}
@@ -714,6 +723,20 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 	if gm, n := GeoMean(g.Report.Matrix); n > 0 {
 		g.Report.Note("matrix: geometric mean of %d ratios %.2fx", n, gm)
 	}
+}
+
+// only keeps the workloads p.Only matches (all without it).
+func (p MatrixPlan) only(ws []*workload) []*workload {
+	if p.Only == nil {
+		return ws
+	}
+	var out []*workload
+	for _, w := range ws {
+		if p.Only.MatchString(w.group + "/" + w.name) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // mountPair mounts both clients (fresh), reporting a failure.

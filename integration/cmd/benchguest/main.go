@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/integration/bench"
@@ -38,6 +39,7 @@ func main() {
 	fuseOnly := flag.Bool("fuse-only", false, "measure only fio through nfsrdma-mount beside the kernel client (paired rounds, ratios)")
 	matrix := flag.Bool("matrix", false, "run the workload matrix: the kernel's mount against -nfsrdma-mount")
 	quick := flag.Bool("quick", false, "with -matrix: one round of smaller sizes (-rounds is ignored), for development")
+	only := flag.String("only", "", "with -matrix: only the workloads whose \"group/name\" this regular expression matches")
 	flag.Parse()
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "benchguest runs inside the test-bed guest: use 'testbed bench-baseline' or 'testbed bench'")
@@ -68,6 +70,14 @@ func main() {
 			p.Rounds = *rounds
 			if *quick {
 				p = bench.QuickMatrixPlan()
+			}
+			if *only != "" {
+				re, err := regexp.Compile(*only)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "-only:", err)
+					os.Exit(2)
+				}
+				p.Only = re
 			}
 			// Each round's figures are saved as they come: a guest that
 			// runs out of time still leaves them.

@@ -42,12 +42,14 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	timeout := fs.Duration("timeout", defTimeout, "guest timeout")
 	var cmpSize, passes, rounds *int
 	var quick, library *bool
+	var only *string
 	if full {
 		cmpSize = fs.Int("compare-size", 64, "file size in MiB of the transport and NFS-level comparisons (ours and the kernel's)")
 		passes = fs.Int("passes", 2, "times each comparison covers its file")
 		rounds = fs.Int("rounds", 3, "rounds of paired measurements, each ratio the median of its rounds' ratios")
 		quick = fs.Bool("quick", false, "one round of smaller sizes, for development")
 		library = fs.Bool("library", true, "after the matrix, measure the library and transport beside perftest and the kernel client")
+		only = fs.String("only", "", "run only the matrix workloads whose \"group/name\" this regular expression matches (with -out elsewhere, for development)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
@@ -97,6 +99,9 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 		}
 		if *quick {
 			gargs = append(gargs, "-quick")
+		}
+		if *only != "" {
+			gargs = append(gargs, "-only", *only)
 		}
 	}
 	// The guest's vCPUs are host threads: a busy host skews every figure,
