@@ -63,6 +63,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -103,6 +104,10 @@ type FS struct {
 	noFlushReads atomic.Bool
 	// noAtime: mounted noatime (see node.atimeStale).
 	noAtime atomic.Bool
+	// ioGetattrs: the GETATTR requests being served that came through an
+	// open file (FUSE_GETATTR_FH), by their cancel channel (set by the
+	// raw file system, read by node.Getattr through fuse.Context.Cancel).
+	ioGetattrs sync.Map
 
 	// shared: other users than the mounting one may enter the mount
 	// (allow_other; set by NewRawFS). See private.go.

@@ -75,8 +75,12 @@ type node struct {
 	// atimeStale: a READ went to the server since the attributes came,
 	// so the server's atime has moved on. As the Linux client after a READ
 	// (unless mounted noatime), the next stat asks the server even while
-	// the attributes are trusted (FUSE asks this server for a stat after a
-	// read; its own internal revalidations leave atime out).
+	// the attributes are trusted. A stat reaches this server as a GETATTR
+	// naming no file; the kernel's own check of the size in the read and
+	// write paths (once a direct write made it forget the attributes)
+	// names the open file, and is answered from the trusted attributes as
+	// the Linux client's read path would (FS.ioGetattrs): a reader that
+	// also writes would otherwise pay a GETATTR call every few reads.
 	atimeStale bool
 
 	// A directory's complete set of names, while namesOK (see names.go).
@@ -441,7 +445,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return syscall.ESTALE
 	}
 	left, fresh := n.attrs.fresh(n.fsys.now())
-	force := n.atimeStale
+	force := n.atimeStale && !n.fsys.ioGetattr(ctx)
 	a := n.attrs.attr
 	n.floorSize(&a)
 	n.mu.Unlock()
@@ -465,6 +469,17 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	n.fillOut(&out.Attr, &a)
 	out.SetTimeout(timeo)
 	return 0
+}
+
+// ioGetattr reports whether the GETATTR of ctx came through an open file
+// (see node.atimeStale).
+func (f *FS) ioGetattr(ctx context.Context) bool {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok || fc.Cancel == nil {
+		return false
+	}
+	_, io := f.ioGetattrs.Load(fc.Cancel)
+	return io
 }
 
 // Setattr implements fs.NodeSetattrer with SETATTR (RFC 1813 §3.3.2): chmod,

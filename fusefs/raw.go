@@ -106,13 +106,14 @@ func (f *FS) IOBytes() IOBytes {
 type rawFS struct {
 	fuse.RawFileSystem
 	e *eventCounters
+	f *FS
 }
 
 // NewRawFS returns the raw FUSE file system to serve f with go-fuse's
 // fuse.NewServer, for the options fo (from FUSEOptions).
 func (f *FS) NewRawFS(fo *fs.Options) fuse.RawFileSystem {
 	f.shared = fo.MountOptions.AllowOther
-	return &rawFS{RawFileSystem: fs.NewNodeFS(f.root, fo), e: &f.events}
+	return &rawFS{RawFileSystem: fs.NewNodeFS(f.root, fo), e: &f.events, f: f}
 }
 
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
@@ -130,6 +131,12 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 
 func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	r.e.add(evInodeRevalidate)
+	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
+		// Through an open file: the kernel's own check of the size in
+		// a read or write (a stat names no file; see node.atimeStale).
+		r.f.ioGetattrs.Store(cancel, struct{}{})
+		defer r.f.ioGetattrs.Delete(cancel)
+	}
 	return r.RawFileSystem.GetAttr(cancel, in, out)
 }
 

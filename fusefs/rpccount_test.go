@@ -401,3 +401,72 @@ func TestRPCWriteThenSetattr(t *testing.T) {
 		t.Fatalf("stat: %v, %v", fi, err)
 	}
 }
+
+// TestRPCDirectReadWriteNoGetattr: a direct-I/O reader that also writes
+// (fio's randrw) costs its READs and WRITEs only: the kernel's own check
+// of the size before a read, once a write made it forget the attributes,
+// is answered from the trusted attributes. A stat after a READ still asks
+// the server for the atime the READ moved, as on the Linux client.
+func TestRPCDirectReadWriteNoGetattr(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), data, 0o644))
+	o := DefaultOptions()
+	o.AcRegMin, o.AcRegMax = time.Minute, time.Minute
+	m, rec := mountRecorded(t, srv, &o, MountConfig{})
+	f, err := os.OpenFile(m.path("f"), os.O_RDWR|syscall.O_DIRECT, 0)
+	check(t, err)
+	defer f.Close()
+	from := rec.mark()
+	// Readers and a writer at once, as fio's randrw keeps both in flight:
+	// the kernel's size checks then come after READs moved the atime.
+	var wg sync.WaitGroup
+	const n = 60
+	for r := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := make([]byte, 4096)
+			for i := range n {
+				off := int64((i*7919+r*31)%128) * 4096
+				// The first half, which the writer leaves alone.
+				if k, err := f.ReadAt(p, off); err != nil || k != len(p) || !bytes.Equal(p, data[off:off+4096]) {
+					t.Errorf("read at %d: %d bytes, %v", off, k, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p := make([]byte, 4096)
+		for i := range n / 2 {
+			off := int64(128+(i*13)%128) * 4096
+			rand.Read(p)
+			if _, err := f.WriteAt(p, off); err != nil {
+				t.Errorf("write at %d: %v", off, err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	if g := len(rec.since(from, nfs3.ProcGetattr)); g > 2 {
+		t.Errorf("%d direct reads and %d writes at once sent %d GETATTRs, want at most 2", 4*n, n/2, g)
+	}
+	p := make([]byte, 4096)
+	from = rec.mark()
+	if _, err := f.Stat(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Stat(); err != nil {
+		t.Fatal(err)
+	}
+	if g := len(rec.since(from, nfs3.ProcGetattr)); g < 1 {
+		t.Errorf("fstat after a READ sent no GETATTR (the atime the READ moved)")
+	}
+}
