@@ -149,12 +149,15 @@ func TestLookupCacheNone(t *testing.T) {
 }
 
 // TestNoCTOOpen: with nocto an open within the attribute timeout sends no
-// GETATTR; with cto (the default) it does.
+// GETATTR; with cto (the default) it does. (Without the callers'
+// identities: root's opens revalidate with their ACCESS instead, see
+// TestRootOpenOneCall.)
 func TestNoCTOOpen(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), []byte("hello"), 0o644))
 	for _, nocto := range []bool{false, true} {
 		o := DefaultOptions()
+		o.CallerIdentity = false
 		o.NoCTO = nocto
 		o.AcRegMin, o.AcRegMax = time.Minute, time.Minute
 		m := mountGoNFS(t, srv, &o)
@@ -184,6 +187,44 @@ func TestNoCTOOpen(t *testing.T) {
 		if g := d(nfs3.ProcGetattr); g != want {
 			t.Errorf("nocto %v: 3 opens sent %d GETATTR, want %d", nocto, g, want)
 		}
+	}
+}
+
+// TestRootOpenOneCall: root's open asks the server once: the ACCESS that
+// checks what a squashing server lets root do brings the attributes, and
+// they are the open's close-to-open revalidation (no GETATTR besides); a
+// change made on the server between two opens is still seen by the second.
+func TestRootOpenOneCall(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("root's opens: the test runs as root (as make check does)")
+	}
+	srv := startGoNFS(t, backendDisk)
+	path := filepath.Join(srv.Dir, "f")
+	check(t, os.WriteFile(path, []byte("hello"), 0o644))
+	o := DefaultOptions()
+	o.AcRegMin, o.AcRegMax = time.Minute, time.Minute
+	m := mountGoNFS(t, srv, &o)
+	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
+		t.Fatalf("read: %q, %v", b, err)
+	}
+	time.Sleep(lookupFresh + 100*time.Millisecond) // past the LOOKUP's own revalidation
+	d := opDeltas(m)
+	for i, want := range []string{"hello", "HELLO"} {
+		if i == 1 {
+			check(t, os.WriteFile(path, []byte(want), 0o644))
+			later := time.Now().Add(time.Hour)
+			check(t, os.Chtimes(path, later, later))
+		}
+		f, err := os.Open(m.path("f"))
+		check(t, err)
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil || string(b) != want {
+			t.Fatalf("open %d: read %q, %v; want %q", i+1, b, err, want)
+		}
+	}
+	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a != 2 || g != 0 {
+		t.Errorf("2 opens by root sent %d ACCESS and %d GETATTR, want 2 and 0", a, g)
 	}
 }
 

@@ -69,7 +69,9 @@ const lookupFresh = time.Second
 // (default_permissions), but a server that squashes root (exports(5)'s
 // default) treats it as nobody, so the open must fail here, as the kernel
 // client's ACCESS makes it fail, rather than at the first READ or WRITE.
-func (n *node) rootAccess(ctx context.Context, flags uint32) syscall.Errno {
+// It returns the attributes the reply carried (nil if none): fetched at
+// this open, they serve as its close-to-open revalidation.
+func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscall.Errno) {
 	var want uint32
 	switch flags & syscall.O_ACCMODE {
 	case syscall.O_RDONLY:
@@ -89,14 +91,12 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) syscall.Errno {
 	})
 	if err != nil {
 		n.forgetIfStale(err)
-		return toErrno(err)
+		return nil, toErrno(err)
 	}
-	// (Its attributes are left to the open's own revalidation, which
-	// decides from them whether cached data is still good.)
 	if r.Access&want != want {
-		return syscall.EACCES
+		return nil, syscall.EACCES
 	}
-	return 0
+	return r.Attr, 0
 }
 
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
@@ -121,10 +121,14 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
 		return nil, 0, syscall.EROFS
 	}
+	// accessAttr: the attributes root's ACCESS just brought.
+	var accessAttr *nfs3.Attr
 	if caller != nil && caller.Uid == 0 && n.fsys.opts.CallerIdentity {
-		if errno := n.rootAccess(ctx, flags); errno != 0 {
+		a, errno := n.rootAccess(ctx, flags)
+		if errno != 0 {
 			return nil, 0, errno
 		}
+		accessAttr = a
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()
@@ -172,11 +176,19 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			return n.newOpenFile(ctx, flags), fuseFlags, 0
 		}
 	}
+	// Close-to-open: the attributes as the server has them now. An ACCESS
+	// of this open that carried them answered that already (one round
+	// trip instead of two); else a GETATTR.
 	var a nfs3.Attr
-	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		a, err = n.fsys.c.Getattr(ctx, fh)
-		return err
-	})
+	var err error
+	if accessAttr != nil {
+		a = *accessAttr
+	} else {
+		err = n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+			a, err = n.fsys.c.Getattr(ctx, fh)
+			return err
+		})
+	}
 	if err != nil {
 		// The object the kernel looked up may be gone (removed, or renamed
 		// over, since): its entry goes, so that the VFS's retry of the
