@@ -527,6 +527,12 @@ func TestLockRebootNotification(t *testing.T) {
 		if err == nil && v == 0 {
 			err = errors.New("no callback of nfsrdma-mount registered with rpcbind")
 		}
+		// The callback is registered before statd is asked to monitor
+		// (SM_MON): a notification statd takes before that has no one
+		// to call (as for the kernel's lockd).
+		if err == nil && !strings.Contains(readLog(mounted[ours].log), "statd monitors the server") {
+			err = errors.New("statd does not monitor the server for nfsrdma-mount yet")
+		}
 		vers = v
 		return err
 	}); err != nil {
