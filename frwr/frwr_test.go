@@ -519,7 +519,9 @@ func TestOutOfOrder(t *testing.T) {
 		t.Fatal("a refused Release changed the registration")
 	}
 	// Abort of a posted bind.
-	reg.Abort()
+	if reg.Abort() {
+		t.Fatal("Abort of a posted bind reported the registration given back")
+	}
 	if reg.State() != frwr.StateBound {
 		t.Fatal("Abort of a posted bind freed the window")
 	}
@@ -556,7 +558,9 @@ func TestOutOfOrder(t *testing.T) {
 	if err := g.r.Release([]*frwr.Registration{un}); !errors.As(err, &te) {
 		t.Fatalf("Release of an unposted bind: %v", err)
 	}
-	un.Abort()
+	if !un.Abort() {
+		t.Fatal("Abort of an unposted bind did not report the registration given back")
+	}
 	if c := g.r.Counters(); c.FreeWindows != 2 || c.Aborts != 1 || c.BindsNotPosted != 1 {
 		t.Fatalf("after Abort: %+v", c)
 	}

@@ -230,33 +230,39 @@ func (r *Registry) registerMR(pd verbs.PD, b *Buffer, off, n int, dir Direction,
 // Free; in register mode its MR is deregistered. An Abort of a window
 // whose bind was in fact posted (the window already carries the new rkey)
 // is refused and counted: the window stays Bound until it is invalidated
-// or ConnectionLost destroys it.
-func (g *Registration) Abort() {
+// or ConnectionLost destroys it. It reports whether g was given back: then
+// g is the registry's again (another Register may hand it out at once)
+// and the caller must not use it any more, not even to ask its State.
+func (g *Registration) Abort() (released bool) {
 	r := g.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !g.inUse || r.closed {
 		r.c.RefusedTransitions++
-		return
+		return false
 	}
 	switch {
 	case g.w != nil && g.state == StateBound:
 		if g.w.mw.RKey() == g.bind.BindRKey {
 			r.c.RefusedTransitions++ // posted: its state is the device's now
-			return
+			return false
 		}
 		r.c.Aborts++
 		w := g.w
 		r.setStateLocked(g, StateFree)
 		r.putWindowLocked(w)
 		r.recycleLocked(g)
+		return true
 	case g.mr != nil && g.state == StateRegistered:
 		r.c.Aborts++
 		if err := r.releaseLocked(g); err != nil {
 			r.c.RefusedTransitions++
+			return false
 		}
+		return true
 	default:
 		r.c.RefusedTransitions++
+		return false
 	}
 }
 

@@ -450,15 +450,18 @@ func (cl *call) undo(c *conn) {
 }
 
 // dropRegistrations gives back registrations whose binds were never
-// posted (Abort), and drops those a teardown already destroyed.
+// posted (Abort), and drops those a teardown already destroyed. A
+// registration Abort gave back is the registry's at once (another call may
+// be handed it): it is not looked at again.
 func (cl *call) dropRegistrations() {
 	reg := cl.reg
 	for i, g := range cl.regs {
 		if g == nil {
 			continue
 		}
-		if g.State() == frwr.StateBound {
-			g.Abort()
+		if g.State() == frwr.StateBound && g.Abort() {
+			cl.regs[i] = nil
+			continue
 		}
 		if g.State() != frwr.StateFree {
 			if err := reg.Release(cl.regs[i : i+1]); err != nil {
