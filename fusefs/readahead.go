@@ -50,7 +50,7 @@ type readAhead struct {
 	gave   map[int64][]uint64 // pages given out, by segment index (see given)
 
 	direct    bool // the handle was opened O_DIRECT
-	inflight  int  // reads being served
+	inflight  int  // direct: reads being served
 	pipelined bool // direct: two reads overlapped, so no read-ahead
 }
 
@@ -113,22 +113,29 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, err
 	n.mu.Unlock()
 
 	ra.mu.Lock()
-	ra.inflight++
-	defer func() {
-		ra.mu.Lock()
-		ra.inflight--
-		ra.mu.Unlock()
-	}()
-	if ra.direct && (ra.pipelined || ra.inflight > 1) {
-		// A pipelining direct reader: exactly what it asks for (see
-		// above). Segments already read ahead are left to the reads
-		// that wait for them and dropped with the window.
-		ra.pipelined = true
-		clear(ra.segs)
-		clear(ra.gave)
-		ra.depth = 0
+	if ra.pipelined {
 		ra.mu.Unlock()
 		return n.readAt(ctx, dest, off)
+	}
+	if ra.direct {
+		ra.inflight++
+		defer func() {
+			ra.mu.Lock()
+			ra.inflight--
+			ra.mu.Unlock()
+		}()
+		if ra.inflight > 1 {
+			// A pipelining direct reader: from now on exactly what it
+			// asks for (see above). Segments already read ahead are
+			// left to the reads that wait for them and dropped with
+			// the window, once.
+			ra.pipelined = true
+			clear(ra.segs)
+			clear(ra.gave)
+			ra.depth = 0
+			ra.mu.Unlock()
+			return n.readAt(ctx, dest, off)
+		}
 	}
 	_, known := ra.segs[first]
 	// Concurrent requests of one sequential reader (asynchronous direct
