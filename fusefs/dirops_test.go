@@ -167,16 +167,7 @@ func TestNoCTOOpen(t *testing.T) {
 		time.Sleep(lookupFresh + 100*time.Millisecond) // past the LOOKUP's own revalidation
 		d := opDeltas(m)
 		for range 3 {
-			// Open and read, no stat: os.ReadFile's fstat after the
-			// first read's READ would ask for the atime that READ moved
-			// (as on the kernel client), which is not the open's doing.
-			f, err := os.Open(m.path("f"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(f)
-			f.Close()
-			if err != nil || string(b) != "hello" {
+			if b, err := openRead(m.path("f")); err != nil || string(b) != "hello" {
 				t.Fatalf("read: %q, %v", b, err)
 			}
 		}
@@ -188,6 +179,18 @@ func TestNoCTOOpen(t *testing.T) {
 			t.Errorf("nocto %v: 3 opens sent %d GETATTR, want %d", nocto, g, want)
 		}
 	}
+}
+
+// openRead opens path, reads it whole and closes it, with no stat:
+// os.ReadFile's fstat after the first read's READ would ask for the atime
+// that READ moved (as on the kernel client), which is not the open's doing.
+func openRead(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // TestRootOpenOneCall: root's open asks the server once: the ACCESS that
@@ -215,11 +218,7 @@ func TestRootOpenOneCall(t *testing.T) {
 			later := time.Now().Add(time.Hour)
 			check(t, os.Chtimes(path, later, later))
 		}
-		f, err := os.Open(m.path("f"))
-		check(t, err)
-		b, err := io.ReadAll(f)
-		f.Close()
-		if err != nil || string(b) != want {
+		if b, err := openRead(m.path("f")); err != nil || string(b) != want {
 			t.Fatalf("open %d: read %q, %v; want %q", i+1, b, err, want)
 		}
 	}
