@@ -48,6 +48,10 @@ type MatrixPlan struct {
 	TreeFiles   int // the source-like tree copied in and out
 	BigDir      int // entries of the directory listed cold
 	Nconnect    []int
+	// Floor runs every workload but the nconnect ones a third time, on
+	// the FUSE floor (floor.go): a go-fuse loopback of the export's
+	// directory, no network.
+	Floor       bool
 	StepTimeout time.Duration // of one workload on one client
 	// Only, if set, runs just the workloads whose "group/name" it matches
 	// (a developer's loop over a few rows; a row may need one before it:
@@ -61,7 +65,7 @@ func DefaultMatrixPlan() MatrixPlan {
 	return MatrixPlan{
 		Rounds: 3, FioRuntime: 5, FioFileMiB: 64, BufWriteMiB: 128, DirtyBytes: 32 << 20,
 		SmallFiles: 2000, SmallDirs: 40, SmallKiB: 4, Dirs: 1000, Renames: 1000, TreeFiles: 600, BigDir: 10000,
-		Nconnect: []int{1, 2, 4}, StepTimeout: 5 * time.Minute,
+		Nconnect: []int{1, 2, 4}, Floor: true, StepTimeout: 5 * time.Minute,
 	}
 }
 
@@ -71,7 +75,7 @@ func QuickMatrixPlan() MatrixPlan {
 	return MatrixPlan{
 		Rounds: 1, FioRuntime: 3, FioFileMiB: 16, BufWriteMiB: 48, DirtyBytes: 16 << 20,
 		SmallFiles: 400, SmallDirs: 8, SmallKiB: 4, Dirs: 200, Renames: 200, TreeFiles: 200, BigDir: 2000,
-		Nconnect: []int{1, 2, 4}, StepTimeout: 3 * time.Minute,
+		Nconnect: []int{1, 2, 4}, Floor: true, StepTimeout: 3 * time.Minute,
 	}
 }
 
@@ -97,6 +101,12 @@ type MatrixRow struct {
 	RPCs     [2]RowRPC `json:"rpcs"`
 	Note     string    `json:"note,omitempty"`
 	Unsupprt string    `json:"unsupported,omitempty"` // why nfsrdma-mount was not measured
+	// Floor is the FUSE floor's figure per round (MatrixPlan.Floor; 0:
+	// not measured), and FloorRatio the median of its per-round ratios
+	// against the kernel, oriented as Ratio: the most a FUSE file system
+	// reaches on this work on the bed.
+	Floor      []float64 `json:"floor,omitempty"`
+	FloorRatio float64   `json:"floor_ratio,omitempty"`
 }
 
 // RowRPC is one client's RPCs for a workload.
@@ -118,6 +128,7 @@ type RowRPC struct {
 // Medians of the rows' values.
 func (x MatrixRow) KernelMedian() float64 { return medianNonZero(x.Kernel) }
 func (x MatrixRow) OursMedian() float64   { return medianNonZero(x.Ours) }
+func (x MatrixRow) FloorMedian() float64  { return medianNonZero(x.Floor) }
 
 func medianNonZero(v []float64) float64 {
 	var nz []float64
@@ -158,20 +169,23 @@ type cell struct {
 	w           *workload
 	kernel      []*sample // per round; nil: not measured
 	ours        []*sample
+	floor       []*sample
 	unsupported string
 }
 
-// mclient is one of the two clients under test.
+// mclient is one of the two clients under test, or the FUSE floor.
 type mclient struct {
-	name     string // "kernel" or "nfsrdma-mount"
-	key      string // the directory of its work in the export: "kernel", "ours"
+	name     string // "kernel", "nfsrdma-mount" or "FUSE floor"
+	key      string // the directory of its work in the export: "kernel", "ours", "floor"
 	dir      string // mount point
 	nconnect int    // 0: not given
 	g        *Guest
 	mounted  bool
+	floor    *floorProc // the floor's loopback server while mounted
 }
 
-func (c *mclient) ours() bool { return c.key == "ours" }
+func (c *mclient) ours() bool    { return c.key == "ours" }
+func (c *mclient) isFloor() bool { return c.key == "floor" }
 
 // work is the client's directory in the mount.
 func (c *mclient) work() string { return filepath.Join(c.dir, "bench", c.key) }
@@ -197,6 +211,14 @@ func (c *mclient) mount(ctx context.Context) error {
 	var out string
 	var err error
 	spec := c.g.Server + ":" + c.g.Export
+	if c.isFloor() {
+		p, err := startFloor(ctx, c.g.Export, c.dir)
+		if err != nil {
+			return err
+		}
+		c.floor, c.mounted = p, true
+		return nil
+	}
 	if c.ours() {
 		out, err = command(ctx, c.g.MountBinary, "-o", c.opts(), spec, c.dir)
 	} else {
@@ -220,7 +242,13 @@ func (c *mclient) unmount() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	if c.ours() {
+	if c.isFloor() {
+		c.floor.stop()
+		c.floor = nil
+		if mounted(c.dir) {
+			err = errors.New("the loopback is still mounted")
+		}
+	} else if c.ours() {
 		_, err = command(ctx, c.g.MountBinary, "-u", c.dir)
 	} else {
 		_, err = command(ctx, "umount", c.dir)
@@ -239,6 +267,9 @@ func (c *mclient) remount(ctx context.Context) error {
 
 // rpcs reads the client's per-operation counters.
 func (c *mclient) rpcs(ctx context.Context) (RPCCounts, error) {
+	if c.isFloor() {
+		return RPCCounts{}, nil // no network
+	}
 	if c.ours() {
 		out, err := command(ctx, c.g.MountBinary, "stats", c.dir)
 		if err != nil {
@@ -639,6 +670,7 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 	g.Report.Note("matrix plan: %+v", p)
 	kern := &mclient{name: "kernel", key: "kernel", dir: "/mnt/bench-kernel", g: g}
 	ours := &mclient{name: "nfsrdma-mount", key: "ours", dir: "/mnt/bench-ours", g: g}
+	floor := &mclient{name: "FUSE floor", key: "floor", dir: "/mnt/bench-floor", g: g}
 	main := p.only(matrixWorkloads(p))
 	var cells []*cell
 	byName := map[string]*cell{}
@@ -647,7 +679,7 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 		if c, ok := byName[k]; ok {
 			return c
 		}
-		c := &cell{w: w, kernel: make([]*sample, p.Rounds), ours: make([]*sample, p.Rounds)}
+		c := &cell{w: w, kernel: make([]*sample, p.Rounds), ours: make([]*sample, p.Rounds), floor: make([]*sample, p.Rounds)}
 		byName[k] = c
 		cells = append(cells, c)
 		return c
@@ -666,6 +698,10 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 		if round%2 == 1 {
 			order = []*mclient{ours, kern}
 		}
+		if p.Floor {
+			// The floor's place turns with the rounds too.
+			order = slices.Insert(order, round%3, floor)
+		}
 		g.logf("matrix round %d of %d (%s first)", round+1, p.Rounds, order[0].name)
 		kern.nconnect, ours.nconnect = 0, 0
 		if g.mountPair(ctx, order) {
@@ -675,6 +711,7 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 		}
 		kern.unmount()
 		ours.unmount()
+		floor.unmount()
 		for _, n := range p.Nconnect {
 			ws := p.only(nconnectWorkloads(n))
 			if len(ws) == 0 {
@@ -760,9 +797,12 @@ func (g *Guest) runPair(ctx context.Context, p MatrixPlan, round int, local stri
 			continue
 		}
 		g.logf("  %-14s %-52s %10.2f %s", cl.name, w.name, s.value, w.unit)
-		if cl.ours() {
+		switch {
+		case cl.isFloor():
+			c.floor[round] = s
+		case cl.ours():
 			c.ours[round] = s
-		} else {
+		default:
 			c.kernel[round] = s
 		}
 	}
@@ -829,7 +869,7 @@ func (g *Guest) matrixInputs(ctx context.Context, p MatrixPlan) (local string, c
 	if err := makeEmptyFiles(filepath.Join(exp, "bigdir"), "entry", p.BigDir); err != nil {
 		return fail(err)
 	}
-	for _, key := range []string{"kernel", "ours"} {
+	for _, key := range []string{"kernel", "ours", "floor"} {
 		dir := filepath.Join(exp, key)
 		if err := os.MkdirAll(dir, 0o777); err != nil {
 			return fail(err)
@@ -873,7 +913,18 @@ func buildRows(cells []*cell, kern, ours *mclient) []MatrixRow {
 		if w.target > 0 {
 			x.Target = w.target
 		}
+		var floorRounds []float64
 		for i := range c.kernel {
+			if i < len(c.floor) && c.floor[i] != nil {
+				f := c.floor[i]
+				if x.Floor == nil {
+					x.Floor = make([]float64, len(c.floor))
+				}
+				x.Floor[i] = f.value
+				if k := c.kernel[i]; k != nil {
+					floorRounds = append(floorRounds, orient(x.Better, f.value, k.value))
+				}
+			}
 			k, o := c.kernel[i], c.ours[i]
 			if k != nil {
 				x.Kernel[i] = k.value
@@ -884,11 +935,10 @@ func buildRows(cells []*cell, kern, ours *mclient) []MatrixRow {
 			if k == nil || o == nil {
 				continue
 			}
-			r := o.value / k.value
-			if x.Better == "lower" {
-				r = k.value / o.value
-			}
-			x.Rounds = append(x.Rounds, r)
+			x.Rounds = append(x.Rounds, orient(x.Better, o.value, k.value))
+		}
+		if len(floorRounds) > 0 {
+			x.FloorRatio = median(floorRounds)
 		}
 		if len(x.Rounds) > 0 {
 			x.Ratio = median(x.Rounds)
@@ -899,6 +949,15 @@ func buildRows(cells []*cell, kern, ours *mclient) []MatrixRow {
 		rows = append(rows, x)
 	}
 	return rows
+}
+
+// orient is the ratio of v against the kernel's k, above 1 when v is
+// better.
+func orient(better string, v, k float64) float64 {
+	if better == "lower" {
+		return k / v
+	}
+	return v / k
 }
 
 // rowRPC sums a client's RPCs of a workload over the rounds.

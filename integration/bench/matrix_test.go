@@ -120,7 +120,8 @@ func TestBuildRows(t *testing.T) {
 			ours:   []*sample{s(50, 250, RPCCounts{"READ": {250, 0, 250 << 20}, "GETATTR": {Calls: 250}}), s(300, 1500, RPCCounts{"READ": {1500, 0, 1500 << 20}}), nil}},
 		{w: tm,
 			kernel: []*sample{s(10, 100, nil), s(10, 100, nil), s(10, 100, nil)},
-			ours:   []*sample{s(5, 100, nil), s(20, 100, nil), s(10, 100, nil)}},
+			ours:   []*sample{s(5, 100, nil), s(20, 100, nil), s(10, 100, nil)},
+			floor:  []*sample{s(20, 100, nil), nil, s(8, 100, nil)}},
 		{w: &workload{group: MatrixNconnect, name: "nc", unit: "MiB/s"}, kernel: []*sample{s(1, 1, nil)}, ours: []*sample{nil}, unsupported: "not supported"},
 	}
 	rows := buildRows(cells, &mclient{name: "kernel"}, &mclient{name: "nfsrdma-mount"})
@@ -137,6 +138,13 @@ func TestBuildRows(t *testing.T) {
 	if len(r.Rounds) != 3 || r.Rounds[0] != 2 || r.Rounds[1] != 0.5 || r.Ratio != 1 || r.Better != "lower" || r.Target != 0.8 || !r.Met {
 		t.Errorf("time row: %+v", r)
 	}
+	// The floor against the kernel, rounds 1 and 3: 0.5 and 1.25.
+	if r.FloorRatio != 0.875 || len(r.Floor) != 3 || r.Floor[1] != 0 || r.FloorMedian() != 14 {
+		t.Errorf("floor: %v %v", r.FloorRatio, r.Floor)
+	}
+	if rows[0].FloorRatio != 0 || rows[0].Floor != nil {
+		t.Errorf("a row without the floor has one: %+v", rows[0])
+	}
 	if rows[2].Ratio != 0 || rows[2].Unsupprt == "" {
 		t.Errorf("unsupported row: %+v", rows[2])
 	}
@@ -147,10 +155,14 @@ func TestBuildRows(t *testing.T) {
 	rep := &Report{Matrix: rows}
 	var md strings.Builder
 	rep.WriteMarkdown(&md)
-	for _, want := range []string{"### fio direct", "### small files", "**1.00x**", "0.50-1.50", "not supported", "READ 1.00 (4.0 KiB each)", "1500 units: READ 1500 (1.00 MiB each)"} {
+	for _, want := range []string{"### fio direct", "### small files", "**1.00x**", "0.50-1.50", "not supported", "READ 1.00 (4.0 KiB each)", "1500 units: READ 1500 (1.00 MiB each)",
+		"FUSE floor", "| 14.0 | 0.88x |", "20.0 - 8.00", "floor's geometric mean over its 1 ratios: **0.88x**"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}
+	}
+	if strings.Contains(md.String(), "even the floor misses") {
+		t.Error("the floor (0.88x) is above its row's target (0.8) but is listed as missing it")
 	}
 	path := filepath.Join(t.TempDir(), "ratios.png")
 	if err := WriteChart(rows, "test", path); err != nil {

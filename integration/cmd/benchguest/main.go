@@ -13,7 +13,9 @@
 // runs the kernel baseline first and fio through -nfsrdma-mount in its
 // rounds; with -matrix it runs neither (the matrix covers both).
 // -fuse-only runs just the fio pairs of the kernel client and
-// nfsrdma-mount.
+// nfsrdma-mount. The matrix also runs each workload on its FUSE floor, a
+// go-fuse loopback of the export's directory that this program serves
+// when started as "benchguest -fuse-floor DIR MOUNTPOINT".
 package main
 
 import (
@@ -29,6 +31,15 @@ import (
 )
 
 func main() {
+	// The matrix's FUSE floor: this program again, as the loopback's
+	// server (bench.ServeFloor), started by the matrix itself.
+	if len(os.Args) == 4 && os.Args[1] == bench.FloorFlag {
+		if err := bench.ServeFloor(os.Args[2], os.Args[3]); err != nil {
+			fmt.Fprintln(os.Stderr, "benchguest:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	out := flag.String("out", "results/baseline.json", "report path")
 	size := flag.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
 	full := flag.Bool("full", false, "measure nfsrdma (verbs, transport, NFS client) beside perftest and the kernel client, and the ratios")
