@@ -37,7 +37,7 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	size := fs.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
 	defTimeout := 30 * time.Minute
 	if full {
-		defTimeout = 75 * time.Minute // the matrix's three rounds take about 45
+		defTimeout = 110 * time.Minute // the matrix's three rounds (with the FUSE floor) take about 50-60, the library figures 20
 	}
 	timeout := fs.Duration("timeout", defTimeout, "guest timeout")
 	var cmpSize, passes, rounds *int
