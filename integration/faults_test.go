@@ -1552,13 +1552,8 @@ func TestFaultsSoak(t *testing.T) {
 	}
 	// A leak is growth: the server after the soak may hold fewer (a
 	// remounted one never held its predecessor's start-up descriptors).
-	var mnow faults.Snapshot
-	for end := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		mnow = faults.TakeProcess(server().cmd.Process.Pid)
-		if mnow.FDs <= mbase.FDs || time.Now().After(end) {
-			break
-		}
-	}
+	mnow := faults.SettleUntil(15*time.Second, func() faults.Snapshot { return faults.TakeProcess(server().cmd.Process.Pid) },
+		func(s faults.Snapshot) bool { return s.FDs <= mbase.FDs })
 	mdelta := fmt.Sprintf("mount server fds %d before, %d after", mbase.FDs, mnow.FDs)
 	if m := faults.TakeProcess(server().cmd.Process.Pid); m.Threads > 0 {
 		mdelta += fmt.Sprintf(" (threads %d, %d)", mbase.Threads, m.Threads)

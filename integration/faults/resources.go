@@ -79,10 +79,16 @@ func (s Snapshot) Delta(now Snapshot) string {
 // (goroutines and connections wind down asynchronously) and returns the
 // last one taken.
 func Settle(base Snapshot, timeout time.Duration, take func() Snapshot) Snapshot {
+	return SettleUntil(timeout, take, func(s Snapshot) bool { return s == base })
+}
+
+// SettleUntil takes snapshots with take, 50 ms apart, until done accepts
+// one or timeout has passed, and returns the last one taken.
+func SettleUntil(timeout time.Duration, take func() Snapshot, done func(Snapshot) bool) Snapshot {
 	deadline := time.Now().Add(timeout)
 	for {
 		now := take()
-		if now == base || time.Now().After(deadline) {
+		if done(now) || time.Now().After(deadline) {
 			return now
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -413,17 +413,26 @@ func (ep *endpoint) Close() error {
 func (f *Fabric) letRemovedDeviceGo(dev uintptr, cmdFD, asyncFD int) {
 	go func() {
 		for i := 0; i < 600; i++ {
-			listed := C.nr_dev_listed(C.uintptr_t(dev)) != 0
-			C.nr_sync_cm_devices()
-			if !listed {
-				if cmdFD >= 0 {
-					C.nr_release_removed_fds(C.int(cmdFD), C.int(asyncFD))
-				}
+			if C.nr_dev_listed(C.uintptr_t(dev)) == 0 {
+				releaseRemovedDevice(cmdFD, asyncFD)
 				return
 			}
+			C.nr_sync_cm_devices()
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
+}
+
+// releaseRemovedDevice is the last step of letting a device that has left
+// the device list go: librdmacm lists the devices again (and closes its
+// context of the removed one), and when it cannot (no device is left) the
+// context's command and async descriptors (cmdFD < 0: not known) are
+// released under it.
+func releaseRemovedDevice(cmdFD, asyncFD int) {
+	C.nr_sync_cm_devices()
+	if cmdFD >= 0 {
+		C.nr_release_removed_fds(C.int(cmdFD), C.int(asyncFD))
+	}
 }
 
 // listener is a listening rdma_cm id.

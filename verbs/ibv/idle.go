@@ -20,7 +20,7 @@ import (
 // comes to tell this binding (letRemovedDeviceGo handles the case with
 // ids). So while the process has no id, the devices its ids used are
 // watched, once a second, and a device that has left the device list is
-// let go as letRemovedDeviceGo does. The watch stops when an id is made
+// let go as letRemovedDeviceGo does (releaseRemovedDevice). The watch stops when an id is made
 // again or every device it watched is gone.
 var cmIdle struct {
 	mu   sync.Mutex
@@ -85,10 +85,7 @@ func watchIdleDevices(stop <-chan struct{}, done chan<- struct{}) {
 			if C.nr_dev_listed(C.uintptr_t(dev)) != 0 {
 				continue
 			}
-			C.nr_sync_cm_devices()
-			if fds[0] >= 0 {
-				C.nr_release_removed_fds(C.int(fds[0]), C.int(fds[1]))
-			}
+			releaseRemovedDevice(fds[0], fds[1])
 			cmIdle.mu.Lock()
 			delete(cmIdle.devs, dev)
 			cmIdle.mu.Unlock()
