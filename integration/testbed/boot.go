@@ -29,6 +29,8 @@ type RunOptions struct {
 	MemoryMiB int
 	// CPUs is the number of vCPUs (2: with 1, polling peers share one CPU).
 	CPUs int
+	// KernelArgs are added to the guest kernel's command line.
+	KernelArgs string
 	// Timeout kills a guest that has not powered off by then.
 	Timeout time.Duration
 	// Stdout receives the command's output as it runs; Log receives the
@@ -116,7 +118,7 @@ func Run(ctx context.Context, img *Image, o RunOptions) (int, error) {
 		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
 		"-nic", "none", "-no-reboot",
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", "root=/dev/vda rw console=ttyS0 loglevel=4 panic=-1 nokaslr",
+		"-append", strings.TrimSpace("root=/dev/vda rw console=ttyS0 loglevel=4 panic=-1 nokaslr " + o.KernelArgs),
 		"-drive", "file=" + img.Root + ",if=virtio,format=raw,snapshot=on,cache=unsafe",
 		"-device", "virtio-rng-pci",
 		"-virtfs", "local,path=" + ctl + ",mount_tag=ctl,security_model=none,id=ctl",

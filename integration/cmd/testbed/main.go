@@ -77,6 +77,7 @@ func run(ctx context.Context, sub string, args []string) (int, error) {
 		share := fs.String("share", "", "host directory mounted at /share")
 		timeout := fs.Duration("timeout", 30*time.Minute, "guest timeout")
 		mem := fs.Int("mem", 6144, "guest memory in MiB (knfsd sizes its largest READ and WRITE from it: 6 GiB gives 1 MiB)")
+		kargs := fs.String("kernel-args", "", "added to the guest kernel's command line")
 		var env envList
 		fs.Var(&env, "env", "K=V for the command")
 		fs.Usage = usage
@@ -93,7 +94,7 @@ func run(ctx context.Context, sub string, args []string) (int, error) {
 		}
 		return testbed.Run(ctx, img, testbed.RunOptions{
 			Share: *share, Args: fs.Args(), Env: env, Shell: sub == "shell",
-			MemoryMiB: *mem, Timeout: *timeout,
+			MemoryMiB: *mem, Timeout: *timeout, KernelArgs: *kargs,
 		})
 	case "bench-baseline":
 		return benchBaseline(ctx, args)
