@@ -20,8 +20,8 @@ import (
 // comes to tell this binding (letRemovedDeviceGo handles the case with
 // ids). So while the process has no id, the devices its ids used are
 // watched, once a second, and a device that has left the device list is
-// let go as letRemovedDeviceGo does (releaseRemovedDevice). The watch stops when an id is made
-// again or every device it watched is gone.
+// let go as letRemovedDeviceGo does (releaseRemovedDevice). The watch
+// stops when an id is made again or every device it watched is gone.
 var cmIdle struct {
 	mu   sync.Mutex
 	ids  int                // live rdma_cm ids (endpoints and listeners)
