@@ -40,6 +40,8 @@ run and shell flags:
   -timeout D      kill the guest after D (default 30m)
   -mem MiB        guest memory (default 6144)
   -env K=V        extra environment for the command (repeatable)
+  -kernel-args A  added to the guest kernel's command line (after the bed's own,
+                  clocksource=tsc tsc=reliable: a later clocksource= overrides it)
 `)
 }
 
