@@ -465,6 +465,11 @@ func (c *compQueue) Wait(ctx context.Context) error {
 	if err != nil || n > 0 {
 		return err
 	}
+	// The first read usually finds nothing, but it cannot be skipped: the
+	// wait (syscall.RawConn.Read) forgets any readiness the netpoller saw
+	// before it began, so an event raised between the arming above and
+	// the wait would be missed and the wait would sleep forever (tried:
+	// the reply loop hung on its first call).
 	var werr error
 	err = c.fd.wait(ctx, func() bool {
 		r := C.nr_get_cq_event(c.ch, c.cq)
