@@ -254,8 +254,9 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 }
 
 // Write implements fs.FileWriter: WRITE (RFC 1813 §3.3.7) UNSTABLE, or
-// FILE_SYNC with Options.Sync; an UNSTABLE write is kept until a COMMIT
-// proves it durable, and COMMITted early once MaxDirty bytes wait.
+// FILE_SYNC with Options.Sync, O_SYNC or O_DSYNC, and for a direct
+// (O_DIRECT) write that fits one WRITE; an UNSTABLE write is kept until a
+// COMMIT proves it durable, and COMMITted early once MaxDirty bytes wait.
 //
 // An UNSTABLE write of a buffered (not O_DIRECT) file is written behind:
 // it is answered once its WRITE is sent, so that a writer's successive
@@ -274,11 +275,18 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		return 0, syscall.EROFS
 	}
 	how := nfs3.Unstable
+	direct := f.flags&syscall.O_DIRECT != 0
 	if n.fsys.opts.Sync || f.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
+		how = nfs3.FileSync
+	} else if direct && len(data) <= int(n.fsys.wsize) {
+		// A direct write that one WRITE carries goes FILE_SYNC, as the
+		// Linux client sends a direct-I/O request that fits one WRITE
+		// (FLUSH_COND_STABLE): nothing to keep a copy of for a resend,
+		// and no COMMIT to follow.
 		how = nfs3.FileSync
 	}
 	var err error
-	if how == nfs3.Unstable && f.flags&syscall.O_DIRECT == 0 && n.fsys.writeBehind > 0 {
+	if how == nfs3.Unstable && !direct && n.fsys.writeBehind > 0 {
 		err = n.gather(f.wctx, data, off)
 	} else {
 		// After the buffered writes before it, never overtaken by them.

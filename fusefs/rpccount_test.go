@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
 	"github.com/nfsrdma/nfsrdma/nfs3"
@@ -469,4 +470,69 @@ func TestRPCDirectReadWriteNoGetattr(t *testing.T) {
 	if g := len(rec.since(from, nfs3.ProcGetattr)); g < 1 {
 		t.Errorf("fstat after a READ sent no GETATTR (the atime the READ moved)")
 	}
+}
+
+// TestRPCDirectWriteStable: a direct (O_DIRECT) write that one WRITE
+// carries goes FILE_SYNC, as the Linux client sends such a direct-I/O
+// request (fio's direct writes): no copy kept for a resend, no COMMIT at
+// close. A direct write larger than wsize goes UNSTABLE in wsize pieces.
+func TestRPCDirectWriteStable(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.Rsize, o.Wsize = 256<<10, 64<<10 // FUSE requests up to 256 KiB
+	m, rec := mountRecorded(t, srv, &o, MountConfig{})
+	check(t, os.WriteFile(m.path("f"), nil, 0o644))
+	f, err := os.OpenFile(m.path("f"), os.O_RDWR|syscall.O_DIRECT, 0)
+	check(t, err)
+	buf := directBuf(256 << 10)
+	rand.Read(buf)
+	from := rec.mark()
+	for _, size := range []int{4 << 10, 64 << 10} {
+		if _, err := f.WriteAt(buf[:size], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, f.Close())
+	ws := rec.since(from, nfs3.ProcWrite)
+	if len(ws) != 2 {
+		t.Fatalf("2 direct writes of at most wsize: %d WRITEs, want 2", len(ws))
+	}
+	for _, w := range ws {
+		if w.stable != nfs3.FileSync {
+			t.Errorf("direct write of %d bytes went %v, want FILE_SYNC", w.size, w.stable)
+		}
+	}
+	if c := rec.since(from, nfs3.ProcCommit); len(c) != 0 {
+		t.Errorf("%d COMMITs after FILE_SYNC direct writes, want 0", len(c))
+	}
+
+	f, err = os.OpenFile(m.path("f"), os.O_RDWR|syscall.O_DIRECT, 0)
+	check(t, err)
+	from = rec.mark()
+	if _, err := f.WriteAt(buf, 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, f.Close())
+	ws = rec.since(from, nfs3.ProcWrite)
+	if len(ws) != 4 {
+		t.Fatalf("a direct write of 4 x wsize: %d WRITEs, want 4", len(ws))
+	}
+	for _, w := range ws {
+		if w.stable != nfs3.Unstable {
+			t.Errorf("a piece of a direct write larger than wsize went %v, want UNSTABLE", w.stable)
+		}
+	}
+	// (This server answers every WRITE FILE_SYNC, so no COMMIT follows.)
+	got, err := os.ReadFile(filepath.Join(srv.Dir, "f"))
+	check(t, err)
+	if !bytes.Equal(got, buf) {
+		t.Error("the server's file differs from what was written")
+	}
+}
+
+// directBuf returns n bytes aligned for O_DIRECT.
+func directBuf(n int) []byte {
+	b := make([]byte, n+4096)
+	off := 4096 - int(uintptr(unsafe.Pointer(&b[0]))&4095)
+	return b[off : off+n : off+n]
 }
