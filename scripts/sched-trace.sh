@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Where the guest's CPUs go while one command runs: the kernel's scheduler
+# events (ftrace sched_switch) summed per task name, with each name's
+# context switches. For the test bed's guest, where perf is not installed:
+#
+#   ./_build/testbed run -- scripts/sched-trace.sh [-n OPS] CMD [ARGS...]
+#
+# It prints, for the command's run only (between two trace markers): the
+# window, each task name's CPU time and share of the guest's CPUs, and its
+# switches out; with -n OPS, per operation too. Go programs' threads all
+# carry the program's name; -t splits a name into its threads (TIDs), which
+# shows the Go runtime's own threads (sysmon's 20 us polls, idle Ms woken
+# to look for work) beside the ones doing the work.
+#
+# Needs root and a kernel with ftrace (the bed's Debian kernel has it).
+set -euo pipefail
+
+ops=0
+threads=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	-n) ops=$2; shift 2 ;;
+	-t) threads=$2; shift 2 ;;
+	--) shift; break ;;
+	*) break ;;
+	esac
+done
+[ $# -gt 0 ] || { echo "usage: $0 [-n OPS] [-t NAME] CMD [ARGS...]" >&2; exit 2; }
+
+T=/sys/kernel/tracing
+[ -e $T/trace ] || mount -t tracefs nodev $T
+[ -e $T/events/sched/sched_switch/enable ] || { echo "sched-trace: no ftrace sched events in this kernel" >&2; exit 1; }
+out=$(mktemp)
+trap 'echo 0 > $T/tracing_on; echo 0 > $T/events/sched/sched_switch/enable; rm -f "$out"' EXIT
+
+echo 0 > $T/tracing_on
+echo > $T/trace
+echo 32768 > $T/buffer_size_kb
+echo 1 > $T/events/sched/sched_switch/enable
+echo 1 > $T/tracing_on
+echo "sched-trace begin" > $T/trace_marker
+status=0
+"$@" || status=$?
+echo "sched-trace end" > $T/trace_marker
+echo 0 > $T/tracing_on
+cat $T/trace > "$out"
+
+awk -v ops="$ops" -v split_name="$threads" '
+function key(comm, pid) {
+	if (pid == "0") return "idle"
+	if (split_name != "" && comm == split_name) return comm "/" pid
+	return comm
+}
+/tracing_mark_write: sched-trace begin/ { on = 1; next }
+/tracing_mark_write: sched-trace end/ { on = 0; next }
+on && /sched_switch:/ {
+	match($0, /\[[0-9]+\]/); cpu = substr($0, RSTART + 1, RLENGTH - 2) + 0
+	match($0, / [0-9]+\.[0-9]+: /); t = substr($0, RSTART + 1, RLENGTH - 3) + 0
+	if (first == "") first = t
+	last = t
+	match($0, /prev_comm=.* prev_pid=/); pc = substr($0, RSTART + 10, RLENGTH - 20)
+	match($0, /prev_pid=[0-9]+/); pp = substr($0, RSTART + 9, RLENGTH - 9)
+	match($0, /next_comm=.* next_pid=/); nc = substr($0, RSTART + 10, RLENGTH - 20)
+	match($0, /next_pid=[0-9]+/); np = substr($0, RSTART + 9, RLENGTH - 9)
+	pk = key(pc, pp)
+	if (cpu in cur) cpu_t[cur[cpu]] += t - since[cpu]
+	out_n[pk]++
+	since[cpu] = t; cur[cpu] = key(nc, np)
+}
+END {
+	if (first == "") { print "1e18\tsched-trace: no scheduler events in the window"; exit }
+	n = 0; for (c in cur) n++
+	w = last - first
+	if (w <= 0) w = 1e-9
+	printf "1e18\twindow %.3f s on %d CPUs (%.3f CPU-s)%s\n", w, n, w * n, (ops > 0 ? sprintf("; %d operations: %.0f us each", ops, w * 1e6 / ops) : "")
+	printf "1e17\t%-28s %10s %6s %9s%s\n", "task", "CPU ms", "share", "switches", (ops > 0 ? "   per op: CPU us  switches" : "")
+	for (k in cpu_t) {
+		printf "%.9f\t%-28s %10.1f %5.1f%% %9d", cpu_t[k], k, cpu_t[k] * 1000, 100 * cpu_t[k] / (w * n), out_n[k]
+		if (ops > 0) printf "   %15.0f %9.1f", cpu_t[k] * 1e6 / ops, out_n[k] / ops
+		printf "\n"
+	}
+}' "$out" | sort -t "$(printf '\t')" -k1,1 -g -r | cut -f2- | head -24
+exit $status
