@@ -227,16 +227,18 @@ func (cl *call) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := cl.await(ctx); err != errRetry {
+		if err := cl.await(ctx, c); err != errRetry {
 			return err
 		}
 	}
 }
 
 // await waits for a posted call: done, sent back to the queue by a
-// teardown (errRetry), or given up when ctx ends.
-func (cl *call) await(ctx context.Context) error {
+// teardown (errRetry), or given up when ctx ends. While nobody else reaps
+// c's receive CQ, the caller reaps it itself (reap.go).
+func (cl *call) await(ctx context.Context, c *conn) error {
 	t := cl.t
+	cl.reapOwn(ctx, c)
 	for {
 		select {
 		case <-cl.doneCh:

@@ -51,7 +51,8 @@ type Config struct {
 	// MaxReconnectDelay caps the backoff between reconnect attempts
 	// (default 5 s).
 	MaxReconnectDelay time.Duration
-	// BusyPoll, when positive, makes the reply loop busy-poll the receive
+	// BusyPoll, when positive, makes the goroutine reaping replies (a
+	// caller waiting for its reply, or the reply loop) busy-poll the receive
 	// CQ for up to this long, while calls await replies, before it arms
 	// the CQ and sleeps until the device signals a completion. It trades
 	// a CPU for latency: a reply that comes within it skips the

@@ -111,8 +111,16 @@ type conn struct {
 	stopAsync func() // ends the device's asynchronous-event subscription
 	rqDrained chan struct{}
 	sqDrained chan struct{}
-	recvWRs   []verbs.RecvWR
-	recvSGEs  []verbs.SGE
+
+	// The receive CQ's reaper (reap.go).
+	reaper     reaperKind         // mu
+	reaperCall *call              // mu: the caller reaping, when reaper is reapCaller
+	reapCtx    context.Context    // mu: a caller reaper's wait; a child of pollCtx
+	reapStop   context.CancelFunc // mu: ends reapCtx (the reaping caller gave up)
+	reapKick   chan struct{}      // buffered 1: the reply loop's turn to reap
+	scratch    reapScratch        // the reaper's
+	recvWRs    []verbs.RecvWR
+	recvSGEs   []verbs.SGE
 }
 
 // dial makes a new connection: resolve, queues, receives posted before
@@ -206,6 +214,9 @@ func (t *Transport) dial(ctx context.Context) (*conn, error) {
 	c.inlineSend = min(cfg.Inline, int(sp.RecvSize))
 	c.inlineRecv = min(cfg.Inline, int(sp.SendSize))
 	c.pollCtx, c.stopPoll = context.WithCancel(context.Background())
+	c.reapCtx, c.reapStop = context.WithCancel(c.pollCtx)
+	c.reapKick = make(chan struct{}, 1)
+	c.scratch.wcs = make([]verbs.Completion, 32)
 	c.pollers.Add(2)
 	go c.recvLoop()
 	go c.sendLoop()

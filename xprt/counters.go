@@ -43,6 +43,7 @@ type Counters struct {
 	ZeroCopyWrites       uint64 `counter:"zero_copy_writes"`      // WRITE data read by the server straight from a borrowed buffer
 	BusyPolls            uint64 `counter:"busy_polls"`            // spins on the receive CQ (Config.BusyPoll)
 	BusyPollHits         uint64 `counter:"busy_poll_hits"`        // spins that found a completion
+	OwnReplies           uint64 `counter:"own_replies"`           // calls whose caller reaped its reply itself (the rest are handed over by the reply loop)
 	Abandoned            uint64 `counter:"abandoned"`             // posted calls without windows whose callers gave up (the reply is discarded)
 	AbandonResets        uint64 `counter:"abandon_resets"`        // connections reset because a caller gave up on a call with windows exposed
 	RetransmitResets     uint64 `counter:"retransmit_resets"`     // connections reset to retransmit an abandoned call's xid on a new one
@@ -74,7 +75,7 @@ type counters struct {
 	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks        atomic.Uint64
 	pullUps, pullUpBytes, congestionWaits, creditWaits, replyBeforeSend                                     atomic.Uint64
 	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
-	zeroCopyWrites, busyPolls, busyPollHits                                                                 atomic.Uint64
+	zeroCopyWrites, busyPolls, busyPollHits, ownReplies                                                     atomic.Uint64
 	abandoned, abandonResets, retransmitResets, budgetWaits, postFailures, foreignInvalidations             atomic.Uint64
 	deviceRemovals, refusedTransitions, asyncEvents, deviceMoves                                            atomic.Uint64
 }

@@ -220,6 +220,30 @@ func TestRuleDrainBeforeDestroy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// An idle connection (no call outstanding, nobody reaping its
+	// receive CQ) lost: the teardown must still reap its flushes.
+	if rep, err := tr.RoundTrip(ctx, sunrpctest.NullRequest(2)); err != nil {
+		t.Fatal(err)
+	} else {
+		rep.Release()
+	}
+	waitFor(t, "nobody to reap the idle connection", func() bool {
+		tr.mu.Lock()
+		c := tr.cn
+		tr.mu.Unlock()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.reaper == reapNone
+	})
+	slowFlush()
+	srv.Disconnect()
+	waitFor(t, "the idle connection's teardown and a new connection", func() bool { return tr.Counters().Reconnects == 2 })
+	// A first reply on the new connection grants more than one credit.
+	if rep, err := tr.RoundTrip(ctx, sunrpctest.NullRequest(3)); err != nil {
+		t.Fatal(err)
+	} else {
+		rep.Release()
+	}
 	_, dones = held(200)
 	slowFlush()
 	tr.Close()
@@ -228,8 +252,8 @@ func TestRuleDrainBeforeDestroy(t *testing.T) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed < 2 {
-		t.Fatalf("%d QPs destroyed, want 2", d.closed)
+	if d.closed < 3 {
+		t.Fatalf("%d QPs destroyed, want 3", d.closed)
 	}
 	for _, v := range d.violations {
 		t.Error(v)

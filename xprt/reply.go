@@ -2,7 +2,6 @@ package xprt
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/nfsrdma/nfsrdma/chunks"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
@@ -32,76 +31,6 @@ type received struct {
 	cl    *call
 	flags verbs.WCFlags
 	rkey  uint32
-}
-
-// recvLoop is the reply handler's goroutine: it reaps receive completions.
-func (c *conn) recvLoop() {
-	defer c.pollers.Done()
-	t := c.t
-	wcs := make([]verbs.Completion, 32)
-	var hdr rpcrdma.Header
-	var batch []received
-	for {
-		n, err := c.rcq.Poll(wcs)
-		if err != nil {
-			t.connLost(c, err)
-			return
-		}
-		if n == 0 && t.cfg.BusyPoll > 0 && c.awaitingReplies() {
-			if sp, ok := c.rcq.(verbs.SpinPoller); ok {
-				if n, err = sp.PollSpin(wcs, t.cfg.BusyPoll); err != nil {
-					t.connLost(c, err)
-					return
-				}
-				t.ctr.busyPolls.Add(1)
-				if n > 0 {
-					t.ctr.busyPollHits.Add(1)
-				}
-			}
-		}
-		if n == 0 {
-			if err := c.rcq.Wait(c.pollCtx); err != nil {
-				if c.pollCtx.Err() == nil {
-					t.connLost(c, err)
-				}
-				return
-			}
-			continue
-		}
-		batch = batch[:0]
-		var lost error
-		for _, wc := range wcs[:n] {
-			r, err := c.receive(wc, &hdr)
-			if err != nil && lost == nil {
-				lost = err
-			}
-			if r.cl != nil {
-				batch = append(batch, r)
-			}
-		}
-		// 3. repost.
-		c.mu.Lock()
-		if !c.broken && lost == nil {
-			if err := c.postRecvsLocked(); err != nil {
-				lost = fmt.Errorf("xprt: reposting receives: %w", err)
-			}
-		}
-		c.mu.Unlock()
-		// 4–7.
-		for _, r := range batch {
-			if err := c.settle(r); err != nil && lost == nil {
-				lost = err
-			}
-		}
-		if lost != nil {
-			t.connLost(c, lost)
-		}
-		// The callers whose replies this batch completed are runnable on
-		// this goroutine's P, and would otherwise wait for it to arm the
-		// CQ and block (a system call or two: about 0.2 ms per call in the
-		// bed's guest, measured): let them run first.
-		runtime.Gosched()
-	}
 }
 
 // awaitingReplies reports whether calls on c wait for their replies.

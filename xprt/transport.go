@@ -15,7 +15,9 @@
 // caller's memory in each), budget.go (buffers and windows taken all at
 // once), register.go, marshal.go (the transport header and the inline
 // message, a pure step), sendq.go (posting chains, send completions, the
-// send-context ring), reply.go (the reply handler's named steps), conn.go
+// send-context ring), reply.go (the reply handler's named steps), reap.go
+// (who runs the reply handler: the caller waiting for its reply, else the
+// connection's reply loop), conn.go
 // (one connection's resources, its drain and release) and this file
 // (dial, connection loss, teardown, reconnect, close).
 //
@@ -239,7 +241,7 @@ func (t *Transport) Counters() Counters {
 		PullUpBytes: t.ctr.pullUpBytes.Load(), CongestionWaits: t.ctr.congestionWaits.Load(), CreditWaits: t.ctr.creditWaits.Load(),
 		ReplyBeforeSend: t.ctr.replyBeforeSend.Load(), Reconnects: t.ctr.reconnects.Load(), Retransmits: t.ctr.retransmits.Load(),
 		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
-		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(),
+		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(), OwnReplies: t.ctr.ownReplies.Load(),
 		Abandoned: t.ctr.abandoned.Load(), AbandonResets: t.ctr.abandonResets.Load(), RetransmitResets: t.ctr.retransmitResets.Load(),
 		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
 		DeviceRemovals: t.ctr.deviceRemovals.Load(), RefusedTransitions: t.ctr.refusedTransitions.Load(), AsyncEvents: t.ctr.asyncEvents.Load(),
@@ -353,6 +355,10 @@ func (t *Transport) connLost(c *conn, why error) {
 		cl.wake()
 	}
 	c.gate.Reset(admitLocked)
+	if c.reaper == reapNone {
+		// The drain's flushes and its sentinel must be reaped.
+		c.kickLoopLocked()
+	}
 	c.mu.Unlock()
 	t.ctr.disconnects.Add(1)
 	if t.cn == c {

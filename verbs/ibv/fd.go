@@ -68,8 +68,9 @@ func (p *pollFD) wait(ctx context.Context, try func() bool) error {
 
 // watch makes the end of ctx wake a wait: a hook on ctx moves the read
 // deadline into the past. The hook is installed once per context, not per
-// wait: a reply loop waits once per reply, always with its connection's
-// context, and a hook per wait cost it 3% of the mount's CPU on the bed.
+// wait: the transport's reapers wait once per reply, with one context per
+// connection (the callers waiting for their replies share it), and a hook
+// per wait cost 3% of the mount's CPU on the bed.
 // A hook left from an earlier context checks that its context is still the
 // watched one, so it never cuts short a wait on a later context.
 func (p *pollFD) watch(ctx context.Context) error {
