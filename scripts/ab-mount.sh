@@ -1,16 +1,24 @@
 #!/bin/bash
 # A/B of two nfsrdma-mount binaries in one guest boot, for a developer
 # judging a change: single runs on the TCG bed swing by 30 % between
-# rounds, so both binaries (and the kernel's mount, for reference) are
-# measured in turn, round after round, on the same export and file.
+# rounds (the host's load moves the guest's speed), so both binaries are
+# mounted at once, on the same export and file, and every job runs on one
+# right after the other, many times, in alternating order; what counts is
+# the median of the rounds' own B/A ratios. The kernel's mount runs each
+# job too, for reference.
 #
-#   _build/testbed run -timeout 15m -env A=_build/nfsrdma-mount.old -env B=_build/nfsrdma-mount \
+#   _build/testbed run -timeout 20m -env A=_build/nfsrdma-mount.old -env B=_build/nfsrdma-mount \
 #       -- bash scripts/ab-mount.sh 'rr4k-qd16:--rw=randread --bs=4k --ioengine=libaio --iodepth=16'
 #
 # Each argument is one fio job, NAME:FIO-ARGS (direct I/O on a 64 MiB file,
-# RT seconds each, default 5); ROUNDS rounds (default 3). A and B are paths
+# RT seconds each, default 3); ROUNDS rounds (default 8). A and B are paths
 # under /share (the host's current directory). Prints one line per job,
-# client and round: MiB/s read, read IOPS, write IOPS.
+# client and round (MiB/s read, read IOPS, write IOPS), then per job the
+# median of the rounds' B/A ratios of read+write IOPS (above 1: B is
+# faster), their range and how many rounds B won. Know the noise before
+# trusting a ratio: two copies of one binary measured 0.83 and 0.89 (rounds
+# 0.75-1.11) in 4 rounds on the bed, so run 8 or more and count a change
+# only when B wins nearly every round.
 set -u
 cd /share || exit 1
 A=${A:?A=path of the first nfsrdma-mount binary}
@@ -19,22 +27,50 @@ B=${B:?B=path of the second nfsrdma-mount binary}
 E=${TESTBED_INSECURE_EXPORT:-/export-insecure}
 SERVER=${TESTBED_SERVER:-10.99.0.1}
 modprobe fuse 2>/dev/null
-mkdir -p /mnt/ab-kernel /mnt/ab-mount
+mkdir -p /mnt/ab-kernel /mnt/ab-A /mnt/ab-B
 head -c 64M /dev/urandom > "$E/ab-f64" && chmod 644 "$E/ab-f64" && sync
-job() { # dir label fio-args
-	fio --name=ab --filename="$1/ab-f64" --direct=1 --runtime="${RT:-5}" --time_based \
-		--output-format=terse --terse-version=3 $3 |
-		awk -F';' -v l="$2" '{printf "%-32s read MiB/s %8.2f  read IOPS %8.1f  write IOPS %8.1f\n", l, $7/1024, $8, $49}'
+out=$(mktemp)
+cleanup() {
+	umount /mnt/ab-kernel 2>/dev/null
+	"./$A" -u /mnt/ab-A 2>/dev/null
+	"./$B" -u /mnt/ab-B 2>/dev/null
+	rm -f "$E/ab-f64" "$out"
 }
-for round in $(seq 1 "${ROUNDS:-3}"); do
-	mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
-	for j in "$@"; do job /mnt/ab-kernel "r$round kernel ${j%%:*}" "${j#*:}"; done
-	umount /mnt/ab-kernel
-	for side in A B; do
-		bin=${!side}
-		"./$bin" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-mount 2>/dev/null || { echo "$side: mount failed" >&2; exit 1; }
-		for j in "$@"; do job /mnt/ab-mount "r$round $side ${j%%:*}" "${j#*:}"; done
-		"./$bin" -u /mnt/ab-mount
-	done
+trap cleanup EXIT
+mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
+"./$A" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
+"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+job() { # dir round side name fio-args
+	fio --name=ab --filename="$1/ab-f64" --direct=1 --runtime="${RT:-3}" --time_based \
+		--output-format=terse --terse-version=3 $5 |
+		awk -F';' -v r="$2" -v s="$3" -v n="$4" '{printf "r%-3s %-6s %-24s read MiB/s %8.2f  read IOPS %8.1f  write IOPS %8.1f\n", r, s, n, $7/1024, $8, $49}'
+}
+for j in "$@"; do # warm each mount's caches of the file
+	for side in kernel A B; do job "/mnt/ab-$side" 0 "$side" "${j%%:*}" "${j#*:}" >/dev/null; done
 done
-rm -f "$E/ab-f64"
+for round in $(seq 1 "${ROUNDS:-8}"); do
+	order="kernel A B"
+	[ $((round % 2)) = 0 ] && order="B A kernel"
+	for j in "$@"; do
+		for side in $order; do job "/mnt/ab-$side" "$round" "$side" "${j%%:*}" "${j#*:}"; done
+	done
+done | tee "$out"
+awk '{v[$3, $2, $1] = $9 + $12; names[$3] = 1; rounds[$1] = 1}
+END {
+	for (n in names) {
+		k = 0
+		for (r in rounds) if (((n, "A", r) in v) && ((n, "B", r) in v) && v[n, "A", r] > 0) {
+			x[++k] = v[n, "B", r] / v[n, "A", r]
+			kr[k] = v[n, "kernel", r] > 0 ? v[n, "B", r] / v[n, "kernel", r] : 0
+		}
+		if (k == 0) continue
+		for (i = 1; i <= k; i++) for (m = i + 1; m <= k; m++) {
+			if (x[m] < x[i]) { t = x[i]; x[i] = x[m]; x[m] = t }
+			if (kr[m] < kr[i]) { t = kr[i]; kr[i] = kr[m]; kr[m] = t }
+		}
+		wins = 0; for (i = 1; i <= k; i++) if (x[i] > 1) wins++
+		med = (k % 2) ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2
+		kmed = (k % 2) ? kr[(k + 1) / 2] : (kr[k / 2] + kr[k / 2 + 1]) / 2
+		printf "%-24s B/A %.3f (rounds %.2f-%.2f, B won %d of %d); B/kernel %.2f\n", n, med, x[1], x[k], wins, k, kmed
+	}
+}' "$out"
