@@ -16,6 +16,7 @@ type Buffer struct {
 	mapping *verbs.Mapping
 	mr      verbs.MR
 	mem     []byte
+	stock   *readyStock // the stock of registrations made ahead it belongs to (ready.go); nil for a pool buffer
 
 	// Guarded by r.mu.
 	state   bufState
@@ -28,13 +29,14 @@ const (
 	bufFree       bufState = iota // in the pool
 	bufOut                        // held by a caller
 	bufPutPending                 // put back while exposed: returns to the pool when the last registration is released
+	bufReady                      // covered by a registration made ahead, not taken (ready.go)
 )
 
 // Bytes is the buffer's memory, Config.BufferSize bytes.
 func (b *Buffer) Bytes() []byte { return b.mem }
 
 // MR is the buffer's memory region (for local SGEs: its LKey, and Addr
-// as the base of remote addresses).
+// as the base of remote addresses). A buffer from TakeReady has none: nil.
 func (b *Buffer) MR() verbs.MR { return b.mr }
 
 // GetBuffer takes a buffer from the pool, waiting in FIFO order while the
@@ -96,6 +98,10 @@ func (r *Registry) PutBuffer(b *Buffer) {
 
 // putBufferLocked hands b to the first waiter or puts it in the pool.
 func (r *Registry) putBufferLocked(b *Buffer) {
+	if b.stock != nil {
+		r.putReadyLocked(b)
+		return
+	}
 	if r.closed {
 		b.state = bufFree
 		return

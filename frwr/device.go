@@ -35,7 +35,7 @@ func (r *Registry) Detach() error {
 	if n := len(r.active); n > 0 {
 		return fmt.Errorf("%w: %d", ErrBusy, n)
 	}
-	err := r.releaseDeviceLocked()
+	err := errors.Join(r.unstockAllLocked(), r.releaseDeviceLocked())
 	r.pd = nil
 	r.c.Detaches++
 	return err

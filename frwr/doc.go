@@ -57,6 +57,9 @@
 // segment with its remote access, there is no bind WR and no LOCAL_INV, and
 // Release deregisters (ibv_dereg_mr is the invalidation). The transport
 // must not offer remote invalidation (RemoteInvalidationOK is false).
+// Registrations of small segments may also be made ahead (Config.Ready,
+// TakeReady, Refill: ready.go), each over memory of its own, so that only
+// the deregistration is on the call's path.
 //
 // # Sizing
 //

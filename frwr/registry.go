@@ -87,6 +87,17 @@ type Config struct {
 	// (verbs.DeviceAttr.StaleInvalidatePanics). It costs a window
 	// allocation and deallocation per exposed segment.
 	RetireWindows bool
+	// Ready is, in register mode, how many registrations of each recently
+	// used small segment size (per direction) the registry keeps made
+	// ahead, over memory of their own (ready.go): TakeReady hands one out,
+	// Refill makes more. 0 makes none; ignored in windows mode.
+	Ready int
+	// ReadyMax is the largest segment, in bytes, made ahead (default
+	// 64 KiB when Ready is set).
+	ReadyMax int
+	// ReadyBytes caps the memory of all registrations made ahead
+	// (default 8 MiB when Ready is set).
+	ReadyBytes int
 }
 
 // Counters are the registry's event counts (monotonic) and pool gauges,
@@ -140,6 +151,16 @@ type Counters struct {
 	BuffersPutWhileExposed uint64
 	Syncs                  uint64
 
+	// Registrations made ahead (register mode, Config.Ready; ready.go).
+	// Each is also counted in Registrations and, once deregistered, in
+	// Deregistrations.
+	ReadyMade     uint64 // made by Refill
+	ReadyTaken    uint64 // handed to a call by TakeReady
+	ReadyMisses   uint64 // TakeReady calls that found none of their size
+	ReadyDropped  uint64 // deregistered without being taken (Detach, ConnectionLost, Close, a size giving way)
+	ReadyFailures uint64 // Refill calls that could not make one (mapping or registration failed, memory cap)
+	ReadyStocked  int    // made and not taken now (a gauge)
+
 	FreeBuffers int // buffers in the pool now
 	FreeWindows int // windows Free in the pool now
 }
@@ -176,6 +197,13 @@ type Registry struct {
 	// released ones for reuse.
 	active   []*Registration
 	freeRegs *Registration
+
+	// Registrations made ahead (ready.go): constant after New but for
+	// the fields guarded by mu.
+	ready, readyMax, readyCap int
+	stocks                    map[readyKey]*readyStock
+	readyTick                 uint64
+	readyBytes                int
 
 	// Key bytes read ahead from rnd.
 	rnd    io.Reader
@@ -219,6 +247,15 @@ func New(cfg Config) (*Registry, error) {
 		r.rnd = rand.Reader
 	}
 	r.c.Mode = mode
+	if mode == ModeRegister && cfg.Ready > 0 {
+		r.ready, r.readyMax, r.readyCap = cfg.Ready, cfg.ReadyMax, cfg.ReadyBytes
+		if r.readyMax <= 0 {
+			r.readyMax = 64 << 10
+		}
+		if r.readyCap <= 0 {
+			r.readyCap = 8 << 20
+		}
+	}
 
 	access := r.bufferAccess()
 	for i := range cfg.Buffers {
@@ -266,6 +303,9 @@ func (r *Registry) Counters() Counters {
 	c := r.c
 	c.FreeBuffers = len(r.freeBufs)
 	c.FreeWindows = len(r.freeWins)
+	for _, s := range r.stocks {
+		c.ReadyStocked += len(s.ready)
+	}
 	r.mu.Unlock()
 	c.Syncs = r.syncs.Load()
 	return c
@@ -311,6 +351,9 @@ func (r *Registry) Close() error {
 		r.slots[i] = nil
 	}
 	r.freeWins = nil
+	if err := r.unstockAllLocked(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, g := range r.active {
 		if g.mr != nil {
 			if err := g.mr.Close(); err != nil {
@@ -339,5 +382,17 @@ func (r *Registry) Close() error {
 		}
 	}
 	r.freeBufs = nil
+	for _, s := range r.stocks {
+		s.gone = true
+		for _, b := range s.all {
+			if b.exposed > 0 {
+				continue // never unmap memory the device may still reach
+			}
+			if err := r.unmapReadyLocked(b); err != nil {
+				errs = append(errs, fmt.Errorf("frwr: unmapping a buffer made ahead: %w", err))
+			}
+		}
+	}
+	r.stocks = nil
 	return errors.Join(errs...)
 }

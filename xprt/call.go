@@ -238,6 +238,9 @@ func (cl *call) run(ctx context.Context) error {
 // c's receive CQ, the caller reaps it itself (reap.go).
 func (cl *call) await(ctx context.Context, c *conn) error {
 	t := cl.t
+	// While the server works on the call: replace the registration made
+	// ahead that the call took, if it took one (register mode).
+	cl.reg.Refill()
 	cl.reapOwn(ctx, c)
 	for {
 		select {

@@ -42,6 +42,14 @@ type Config struct {
 	// where a stale Send With Invalidate crashes the driver are replaced
 	// after each use (frwr.Config.RetireWindows).
 	Registration frwr.Mode
+	// RegisterAhead is, with per-I/O registration, how many registrations
+	// of each recently used small segment size (up to 64 KiB, per
+	// direction) are made ahead, over memory of their own, so that a small
+	// READ or WRITE does not wait for ibv_reg_mr: a caller waiting for its
+	// reply makes the next one (frwr.Registry.TakeReady, Refill). The
+	// deregistration after the reply stays on the call's path (it is the
+	// invalidation). Default 8; negative makes none.
+	RegisterAhead int
 	// Timeout is how long a sent call may wait for its reply before the
 	// connection is reset and the call retransmitted on a new one
 	// (default 60 s).
@@ -73,6 +81,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Slots == 0 {
 		c.Slots = 128
+	}
+	if c.RegisterAhead == 0 {
+		c.RegisterAhead = 8
 	}
 	if c.MaxIO == 0 {
 		c.MaxIO = 1 << 20

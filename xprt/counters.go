@@ -39,6 +39,7 @@ type Counters struct {
 	MaxOutstanding       uint64 `counter:"max_outstanding"`       // the most calls outstanding at once
 	WindowsReplaced      uint64 `counter:"windows_replaced"`      // windows destroyed after an error (state unknown)
 	Registrations        uint64 `counter:"registrations"`         // per-I/O registrations (fallback mode)
+	ReadyRegistrations   uint64 `counter:"ready_registrations"`   // segments exposed through a registration made ahead (fallback mode, Config.RegisterAhead)
 	ZeroCopyReads        uint64 `counter:"zero_copy_reads"`       // READ results placed straight into a borrowed buffer
 	ZeroCopyWrites       uint64 `counter:"zero_copy_writes"`      // WRITE data read by the server straight from a borrowed buffer
 	BusyPolls            uint64 `counter:"busy_polls"`            // spins on the receive CQ (Config.BusyPoll)
@@ -75,7 +76,7 @@ type counters struct {
 	calls, sends, signaled, receives, badXIDs, malformed, readChunks, pos0, writeChunks, replyChunks        atomic.Uint64
 	pullUps, pullUpBytes, congestionWaits, creditWaits, replyBeforeSend                                     atomic.Uint64
 	reconnects, retransmits, timeouts, rdmaErrors, errorCompletions, disconnects, credits, maxOut, zeroCopy atomic.Uint64
-	zeroCopyWrites, busyPolls, busyPollHits, ownReplies                                                     atomic.Uint64
+	zeroCopyWrites, busyPolls, busyPollHits, ownReplies, readyRegistrations                                 atomic.Uint64
 	abandoned, abandonResets, retransmitResets, budgetWaits, postFailures, foreignInvalidations             atomic.Uint64
 	deviceRemovals, refusedTransitions, asyncEvents, deviceMoves                                            atomic.Uint64
 }

@@ -15,14 +15,17 @@ import (
 func (cl *call) register(ctx context.Context) error {
 	t, p := cl.t, &cl.plan
 	reg := cl.reg
-	if len(p.ReadSegments) > 0 {
+	readDone, err := cl.takeReadyRead()
+	if err != nil {
+		return err
+	}
+	if len(p.ReadSegments) > 0 && !readDone {
 		if p.Call == chunks.CallPositionZero {
 			t.ctr.pos0.Add(1)
 		} else {
 			t.ctr.readChunks.Add(1)
 		}
 		size := t.bufSize()
-		var err error
 		// The planned segments are consecutive pieces of one message
 		// (Head, Bulk, pad, Tail at position zero; the Bulk otherwise):
 		// lay them out back to back and expose each one.
@@ -74,6 +77,16 @@ func (cl *call) register(ctx context.Context) error {
 	if cl.readLent {
 		t.ctr.zeroCopyWrites.Add(1)
 	}
+	if len(segs) == 1 && cl.replyBuf == nil && p.Reply != chunks.ReplyInReplyChunk && segs[0].Off == 0 {
+		// A small Write chunk: memory registered ahead, if there is. (A
+		// Reply chunk's buffer may be kept with the reply: never these.)
+		if b, g, ok := reg.TakeReady(segs[0].Len, frwr.FromPeer); ok {
+			cl.replyBuf = b
+			cl.regs = append(cl.regs, g)
+			t.ctr.readyRegistrations.Add(1)
+			return nil
+		}
+	}
 	if len(segs) > 0 {
 		if cl.replyBuf == nil {
 			b, err := reg.GetBuffer(ctx)
@@ -95,4 +108,27 @@ func (cl *call) register(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// takeReadyRead lays a small Read chunk (one segment: the bulk of a WRITE)
+// out in memory registered ahead, when the registry has some of its size
+// (frwr.Registry.TakeReady), and reports whether it did.
+func (cl *call) takeReadyRead() (bool, error) {
+	p := &cl.plan
+	if len(p.ReadSegments) != 1 || p.Call == chunks.CallPositionZero || cl.readLent || len(cl.readBufs) > 0 {
+		return false, nil
+	}
+	s := p.ReadSegments[0]
+	b, g, ok := cl.reg.TakeReady(s.Len, frwr.ToPeer)
+	if !ok {
+		return false, nil
+	}
+	cl.readBufs = append(cl.readBufs, b)
+	cl.regs = append(cl.regs, g)
+	cl.t.ctr.readChunks.Add(1)
+	cl.t.ctr.readyRegistrations.Add(1)
+	if n := len(cl.creq.AppendRange(b.Bytes()[:0], s)); n != s.Len {
+		return true, fmt.Errorf("xprt: internal error: segment %+v laid out as %d bytes", s, n)
+	}
+	return true, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/verbs/sim"
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
 
@@ -362,37 +363,58 @@ func TestRuleCreditsRestartAtOneOnEveryConnection(t *testing.T) {
 }
 
 // Rule 8: a window covers exactly its segment: one byte past it is out of
-// reach, and the segment advertised is the one asked for.
+// reach, and the segment advertised is the one asked for. So does a
+// registration made ahead (per-I/O registration, after two READs of the
+// size have stocked it).
 func TestRuleWindowCoversOnlyItsSegment(t *testing.T) {
-	r := newRig(t, Config{}, xprttest.Config{})
-	ctx := r.ctx(20 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
-	xid, tag := r.next()
-	const n = 8 << 10
-	done := make(chan error, 1)
-	go func() {
-		rep, err := r.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, 4, n, make([]byte, n)))
-		if err == nil {
-			err = sunrpctest.CheckRead(rep, xid, 4, n)
-			rep.Release()
-		}
-		done <- err
-	}()
-	if err := r.h.WaitArrival(ctx, tag, 1); err != nil {
-		t.Fatal(err)
-	}
-	seg := r.header(xid, 0).Writes[0][0]
-	if seg.Length != n {
-		t.Fatalf("a Write chunk segment of %d bytes for a READ of %d", seg.Length, n)
-	}
-	if st := r.serverQP().RogueWrite(seg.Offset+uint64(seg.Length), seg.Handle, []byte{1, 2, 3, 4}); st != verbs.StatusRemAccessErr {
-		t.Fatalf("an RDMA WRITE just past the segment: %v, want REM_ACCESS_ERR", st)
-	}
-	r.h.Release(tag) // the access error broke the connection: the READ goes again
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name   string
+		warm   int
+		fabric []sim.Option
+	}{{"window", 0, nil}, {"registered-ahead", 2, []sim.Option{sim.WithoutMemWindows()}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{}, xprttest.Config{}, tc.fabric...)
+			ctx := r.ctx(20 * time.Second)
+			if err := r.null(ctx); err != nil {
+				t.Fatal(err)
+			}
+			const n = 8 << 10
+			read := func(action sunrpctest.Action, xid, tag uint32) error {
+				rep, err := r.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag, Action: action}, 4, n, make([]byte, n)))
+				if err == nil {
+					err = sunrpctest.CheckRead(rep, xid, 4, n)
+					rep.Release()
+				}
+				return err
+			}
+			for range tc.warm {
+				xid, tag := r.next()
+				if err := read(sunrpctest.Answer, xid, tag); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ahead := r.tr.Counters().ReadyRegistrations
+			xid, tag := r.next()
+			done := make(chan error, 1)
+			go func() { done <- read(sunrpctest.Hold, xid, tag) }()
+			if err := r.h.WaitArrival(ctx, tag, 1); err != nil {
+				t.Fatal(err)
+			}
+			if tc.warm > 0 && r.tr.Counters().ReadyRegistrations != ahead+1 {
+				t.Fatalf("the READ did not use a registration made ahead: %s", r.tr.Counters())
+			}
+			seg := r.header(xid, 0).Writes[0][0]
+			if seg.Length != n {
+				t.Fatalf("a Write chunk segment of %d bytes for a READ of %d", seg.Length, n)
+			}
+			if st := r.serverQP().RogueWrite(seg.Offset+uint64(seg.Length), seg.Handle, []byte{1, 2, 3, 4}); st != verbs.StatusRemAccessErr {
+				t.Fatalf("an RDMA WRITE just past the segment: %v, want REM_ACCESS_ERR", st)
+			}
+			r.h.Release(tag) // the access error broke the connection: the READ goes again
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -154,34 +154,48 @@ func TestRuleInvalidateBeforeComplete(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		segment int
-	}{{"remote", 0}, {"local", 16 << 10}} {
+		reads   int
+		fabric  []sim.Option
+	}{
+		{"remote", 0, 1, nil},
+		{"local", 16 << 10, 1, nil},
+		// Per-I/O registration: the later READs land in registrations
+		// made ahead (frwr.Registry.TakeReady), deregistered before the
+		// READ returns as any other.
+		{"registered-ahead", 0, 4, []sim.Option{sim.WithoutMemWindows()}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStack(t, stackOpts{client: Config{MaxSegment: tc.segment}, server: xprttest.Config{
+			s := newStack(t, stackOpts{client: Config{MaxSegment: tc.segment}, fabric: tc.fabric, server: xprttest.Config{
 				Misbehave: xprttest.Misbehavior{Select: func(ci xprttest.CallInfo) bool { return ci.Proc == 6 },
 					LateWrite: true, LateWriteDelay: 200 * time.Millisecond}}})
 			fh, data := s.file("f", 64<<10)
 			ctx := s.ctx(30 * time.Second)
-			buf := make([]byte, len(data))
-			r, err := s.c.Read(ctx, fh, 0, buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Count != len(data) || !bytes.Equal(buf, data) {
-				t.Fatal("READ returned wrong data")
-			}
-			waitFor(t, "the late write", func() bool { return s.srv.Stats().LateWrites > 0 })
-			waitFor(t, "the late write's outcome", func() bool {
-				st := s.srv.Stats()
-				return st.LateWritesFailed+st.LateWritesLanded > 0
-			})
-			if st := s.srv.Stats(); st.LateWritesLanded != 0 || st.LateWritesFailed == 0 {
-				t.Fatalf("late write landed: %+v", st)
-			}
-			if !bytes.Equal(buf, data) {
-				t.Fatal("the late write changed the returned data")
+			for i := range tc.reads {
+				buf := make([]byte, len(data))
+				r, err := s.c.Read(ctx, fh, 0, buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Count != len(data) || !bytes.Equal(buf, data) {
+					t.Fatal("READ returned wrong data")
+				}
+				waitFor(t, "the late write", func() bool { return s.srv.Stats().LateWrites > uint64(i) })
+				waitFor(t, "the late write's outcome", func() bool {
+					st := s.srv.Stats()
+					return st.LateWritesFailed+st.LateWritesLanded > uint64(i)
+				})
+				if st := s.srv.Stats(); st.LateWritesLanded != 0 || st.LateWritesFailed == 0 {
+					t.Fatalf("late write landed: %+v", st)
+				}
+				if !bytes.Equal(buf, data) {
+					t.Fatal("the late write changed the returned data")
+				}
 			}
 			if tc.segment != 0 && s.tr.Counters().LocalInvalidations == 0 {
 				t.Fatal("no local invalidation")
+			}
+			if tc.fabric != nil && s.tr.Counters().ReadyRegistrations == 0 {
+				t.Fatalf("no registration made ahead was used: %s", s.tr.Counters())
 			}
 		})
 	}

@@ -39,7 +39,10 @@
 //     [1, slots];
 //  7. every receive completion's buffer is reposted, whatever the reply;
 //  8. every bind bumps the rkey unpredictably, and a window covers exactly
-//     its segment with only the access its direction needs;
+//     its segment with only the access its direction needs (per-I/O
+//     registration: an MR over exactly the segment, made for the call or
+//     made ahead over zeroed memory of its own that no peer was told of
+//     before the call took it, frwr.Registry.TakeReady);
 //  9. after RoundTrip returns nothing touches the caller's memory (see
 //     callState).
 package xprt
@@ -170,7 +173,7 @@ func (t *Transport) ensureRegistry(dev verbs.Device) error {
 	wins := 4 * t.cfg.IOBuffers
 	attr := dev.Attr()
 	reg, err = frwr.New(frwr.Config{PD: pd, Attr: attr, Mode: t.cfg.Registration, BufferSize: t.bufSize(),
-		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics})
+		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics, Ready: max(t.cfg.RegisterAhead, 0)})
 	if err != nil {
 		pd.Close()
 		return err
@@ -241,7 +244,7 @@ func (t *Transport) Counters() Counters {
 		PullUpBytes: t.ctr.pullUpBytes.Load(), CongestionWaits: t.ctr.congestionWaits.Load(), CreditWaits: t.ctr.creditWaits.Load(),
 		ReplyBeforeSend: t.ctr.replyBeforeSend.Load(), Reconnects: t.ctr.reconnects.Load(), Retransmits: t.ctr.retransmits.Load(),
 		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
-		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(), OwnReplies: t.ctr.ownReplies.Load(),
+		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(), OwnReplies: t.ctr.ownReplies.Load(), ReadyRegistrations: t.ctr.readyRegistrations.Load(),
 		Abandoned: t.ctr.abandoned.Load(), AbandonResets: t.ctr.abandonResets.Load(), RetransmitResets: t.ctr.retransmitResets.Load(),
 		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
 		DeviceRemovals: t.ctr.deviceRemovals.Load(), RefusedTransitions: t.ctr.refusedTransitions.Load(), AsyncEvents: t.ctr.asyncEvents.Load(),
