@@ -26,6 +26,7 @@ var ErrBusy = errors.New("frwr: registrations outstanding")
 func (r *Registry) Detach() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.waitFillsLocked() // a registration under way on the PD ends first
 	if r.closed {
 		return ErrClosed
 	}

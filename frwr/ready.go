@@ -137,6 +137,7 @@ func (r *Registry) Refill() bool {
 		s.spare = s.spare[:last]
 	}
 	s.filling++
+	r.fills++
 	pd := r.pd
 	r.mu.Unlock()
 
@@ -154,6 +155,7 @@ func (r *Registry) Refill() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.filling--
+	defer r.fillEndLocked()
 	if err != nil {
 		r.c.ReadyFailures++
 		if b != nil {
@@ -186,6 +188,23 @@ func (r *Registry) Refill() bool {
 	r.c.Registrations++
 	r.c.ReadyMade++
 	return true
+}
+
+// fillEndLocked ends a Refill's use of the PD.
+func (r *Registry) fillEndLocked() {
+	r.fills--
+	if r.fills == 0 {
+		r.fillDone.Broadcast()
+	}
+}
+
+// waitFillsLocked waits (releasing mu meanwhile) until no Refill is
+// registering: Close and Detach must not release the PD's resources, nor
+// unmap memory, under a registration being made.
+func (r *Registry) waitFillsLocked() {
+	for r.fills > 0 {
+		r.fillDone.Wait()
+	}
 }
 
 // accessFor is the access of a register-mode segment MR for dir.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/verbs"
@@ -323,5 +324,56 @@ func TestRegisterAheadUnsent(t *testing.T) {
 	}
 	if err := g.r.Close(); err != nil && !errors.Is(err, frwr.ErrClosed) {
 		t.Fatal(err)
+	}
+}
+
+// blockingPD holds RegMR calls of segment-sized memory (not the pool's
+// buffers) until release is closed, telling entered when one starts.
+type blockingPD struct {
+	verbs.PD
+	max     int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *blockingPD) RegMR(mem []byte, access verbs.Access) (verbs.MR, error) {
+	if len(mem) <= p.max {
+		p.entered <- struct{}{}
+		<-p.release
+	}
+	return p.PD.RegMR(mem, access)
+}
+
+// TestRegisterAheadCloseWaits: Close does not release the registry's
+// device resources, nor unmap memory, while a Refill is registering: it
+// waits for it, and the registration made meanwhile is not kept.
+func TestRegisterAheadCloseWaits(t *testing.T) {
+	bpd := &blockingPD{max: 4096, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	g := newRigPD(t, frwr.Config{Mode: frwr.ModeRegister, Ready: 1}, func(pd verbs.PD) verbs.PD {
+		bpd.PD = pd
+		return bpd
+	})
+	for range 2 {
+		g.r.TakeReady(4096, frwr.FromPeer)
+	}
+	refilled := make(chan bool)
+	go func() { refilled <- g.r.Refill() }()
+	<-bpd.entered
+	closed := make(chan error)
+	go func() { closed <- g.r.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a Refill was registering", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(bpd.release)
+	if <-refilled {
+		t.Fatal("Refill kept a registration made while the registry closed")
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if live := g.f.Live(); live.MRs != g.base.MRs {
+		t.Fatalf("live MRs %d after Close, want %d", live.MRs, g.base.MRs)
 	}
 }

@@ -204,6 +204,8 @@ type Registry struct {
 	stocks                    map[readyKey]*readyStock
 	readyTick                 uint64
 	readyBytes                int
+	fills                     int       // Refills between taking the PD and putting their registration
+	fillDone                  sync.Cond // on mu: signalled when fills drops to zero (Close and Detach wait for it)
 
 	// Key bytes read ahead from rnd.
 	rnd    io.Reader
@@ -247,6 +249,7 @@ func New(cfg Config) (*Registry, error) {
 		r.rnd = rand.Reader
 	}
 	r.c.Mode = mode
+	r.fillDone.L = &r.mu
 	if mode == ModeRegister && cfg.Ready > 0 {
 		r.ready, r.readyMax, r.readyCap = cfg.Ready, cfg.ReadyMax, cfg.ReadyBytes
 		if r.readyMax <= 0 {
@@ -339,6 +342,7 @@ func (r *Registry) Close() error {
 	r.closed = true
 	r.bufWaiters.closeAllLocked()
 	r.winWaiters.closeAllLocked()
+	r.waitFillsLocked() // a registration under way on the PD ends first
 	var errs []error
 	for i, w := range r.slots {
 		if w == nil {
