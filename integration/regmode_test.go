@@ -17,9 +17,14 @@ import (
 // mode on rxe and prints what each costs.
 func TestXprtRegistrationModesRXE(t *testing.T) {
 	data := serverFile(t, "modes-8MiB", 8<<20)
-	for _, m := range []frwr.Mode{frwr.ModeWindows, frwr.ModeRegister} {
-		t.Run(m.String(), func(t *testing.T) {
-			n := dialRDMA(t, xprt.Config{Registration: m})
+	for _, tc := range []struct {
+		name  string
+		m     frwr.Mode
+		ahead int
+	}{{"windows", frwr.ModeWindows, 0}, {"register", frwr.ModeRegister, 0}, {"register-not-ahead", frwr.ModeRegister, -1}} {
+		m := tc.m
+		t.Run(tc.name, func(t *testing.T) {
+			n := dialRDMA(t, xprt.Config{Registration: m, RegisterAhead: tc.ahead})
 			ctx := ctxT(t, 120*time.Second)
 			lr, err := n.c.Lookup(ctx, n.root, "modes-8MiB")
 			if err != nil {
@@ -58,8 +63,30 @@ func TestXprtRegistrationModesRXE(t *testing.T) {
 				}
 			}
 			dw := time.Since(start) / nBig
-			t.Logf("mode %v: READ 4 KiB %v, READ 1 MiB %v (%.0f MiB/s), WRITE 1 MiB %v (%.0f MiB/s); %s", n.tr.RegistrationMode(),
-				d4, dr, float64(1<<20)/dr.Seconds()/(1<<20), dw, float64(1<<20)/dw.Seconds()/(1<<20), n.tr.Counters())
+			// Small WRITEs (a Read chunk each) and READs of them back.
+			const nw, wlen = 40, 8 << 10
+			for i := range nw {
+				off := i * wlen
+				if _, err := n.c.Write(ctx, cr.FH, uint64(off), data[off:off+wlen], nfs3.FileSync); err != nil {
+					t.Fatalf("WRITE 8 KiB at %d: %v", off, err)
+				}
+			}
+			got := make([]byte, wlen)
+			for i := range nw {
+				off := i * wlen
+				if rr, err := n.c.Read(ctx, cr.FH, uint64(off), got); err != nil || !bytes.Equal(got[:rr.Count], data[off:off+wlen]) {
+					t.Fatalf("READ 8 KiB back at %d: %v", off, err)
+				}
+			}
+			c := n.tr.Counters()
+			switch {
+			case m == frwr.ModeRegister && tc.ahead == 0 && c.ReadyRegistrations < nSmall+2*nw-6:
+				t.Errorf("register mode: %d calls used a registration made ahead, want nearly all %d small ones", c.ReadyRegistrations, nSmall+2*nw)
+			case (m != frwr.ModeRegister || tc.ahead < 0) && c.ReadyRegistrations != 0:
+				t.Errorf("%d registrations made ahead used with %s", c.ReadyRegistrations, tc.name)
+			}
+			t.Logf("%s (mode %v): READ 4 KiB %v, READ 1 MiB %v (%.0f MiB/s), WRITE 1 MiB %v (%.0f MiB/s); %s", tc.name, n.tr.RegistrationMode(),
+				d4, dr, float64(1<<20)/dr.Seconds()/(1<<20), dw, float64(1<<20)/dw.Seconds()/(1<<20), c)
 		})
 	}
 }
