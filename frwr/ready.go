@@ -57,6 +57,7 @@ type readyStock struct {
 	filling int             // registrations being made by Refill outside the mutex
 	used    uint64          // Registry.readyTick at the last TakeReady
 	asks    int             // TakeReady calls for it (counted up to 2): Refill stocks sizes asked for twice
+	want    int             // registrations asked for and not yet made: one per take, one per miss once asked twice
 	gone    bool            // evicted or closed: its buffers are unmapped as they come back
 }
 
@@ -89,6 +90,10 @@ func (r *Registry) TakeReady(n int, dir Direction) (b *Buffer, g *Registration, 
 	}
 	s.used = r.readyTick
 	s.asks = min(s.asks+1, 2)
+	if s.asks >= 2 {
+		// Replace what is taken; grow the stock by what it lacked.
+		s.want = min(s.want+1, r.ready)
+	}
 	last := len(s.ready) - 1
 	if last < 0 {
 		r.c.ReadyMisses++
@@ -106,9 +111,11 @@ func (r *Registry) TakeReady(n int, dir Direction) (b *Buffer, g *Registration, 
 }
 
 // Refill makes one registration ahead, for the most recently used size
-// whose stock is below Config.Ready, and reports whether it made one. A
-// size is stocked once TakeReady has been asked for it twice: a size asked
-// for once (the tail of a file) costs no registration. The
+// whose stock is below Config.Ready and still asked for, and reports
+// whether it made one. Stocks follow demand: each registration TakeReady
+// hands out is replaced, and each miss adds one, once a size has been
+// asked for twice (a size asked for once, the tail of a file, costs no
+// registration); a size nobody asks for again is not stocked further. The
 // registration (a system call) runs without the mutex. It is meant for
 // time a goroutine would otherwise sleep.
 func (r *Registry) Refill() bool {
@@ -122,7 +129,7 @@ func (r *Registry) Refill() bool {
 	}
 	var s *readyStock
 	for _, t := range r.stocks {
-		if t.asks >= 2 && len(t.ready)+t.filling < r.ready && (s == nil || t.used > s.used) {
+		if t.want > 0 && len(t.ready)+t.filling < r.ready && (s == nil || t.used > s.used) {
 			s = t
 		}
 	}
@@ -136,6 +143,7 @@ func (r *Registry) Refill() bool {
 		s.spare[last] = nil
 		s.spare = s.spare[:last]
 	}
+	s.want--
 	s.filling++
 	r.fills++
 	pd := r.pd

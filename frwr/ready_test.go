@@ -10,11 +10,12 @@ import (
 	"github.com/nfsrdma/nfsrdma/verbs"
 )
 
-// prime asks for a size twice (both misses: it must not be stocked yet)
-// and makes k registrations of it ahead.
+// prime asks for a size 1+k times (all misses: it must not be stocked
+// yet; the first ask only starts its stock, each other one asks for a
+// registration) and makes k registrations of it ahead.
 func prime(t *testing.T, r *frwr.Registry, n int, dir frwr.Direction, k int) {
 	t.Helper()
-	for range 2 {
+	for range 1 + k {
 		if _, _, ok := r.TakeReady(n, dir); ok {
 			t.Fatalf("TakeReady(%d, %v) before it was stocked", n, dir)
 		}
@@ -50,7 +51,8 @@ func TestRegisterAhead(t *testing.T) {
 	if _, _, ok := g.r.TakeReady(n, frwr.FromPeer); ok {
 		t.Fatal("TakeReady before any Refill")
 	}
-	if c := g.r.Counters(); c.ReadyMisses != 2 {
+	g.r.TakeReady(n, frwr.FromPeer) // a third miss: two asked for
+	if c := g.r.Counters(); c.ReadyMisses != 3 {
 		t.Fatalf("counters %+v", c)
 	}
 	for i := range 2 {
@@ -286,6 +288,7 @@ func TestRegisterAheadDropped(t *testing.T) {
 	})
 	t.Run("Cap", func(t *testing.T) {
 		g := newRig(t, frwr.Config{Mode: frwr.ModeRegister, Ready: 4, ReadyMax: 8192, ReadyBytes: 8192})
+		g.r.TakeReady(4096, frwr.FromPeer) // three registrations asked for:
 		prime(t, g.r, 4096, frwr.FromPeer, 2)
 		if g.r.Refill() {
 			t.Fatal("Refill beyond Config.ReadyBytes")
@@ -375,5 +378,28 @@ func TestRegisterAheadCloseWaits(t *testing.T) {
 	}
 	if live := g.f.Live(); live.MRs != g.base.MRs {
 		t.Fatalf("live MRs %d after Close, want %d", live.MRs, g.base.MRs)
+	}
+}
+
+// TestRegisterAheadFollowsDemand: a stocked size is replenished only as it
+// is taken (or missed), not by calls of other sizes.
+func TestRegisterAheadFollowsDemand(t *testing.T) {
+	g := newRig(t, frwr.Config{Mode: frwr.ModeRegister, Ready: 8})
+	prime(t, g.r, 512, frwr.FromPeer, 1)
+	for range 5 {
+		if g.r.Refill() {
+			t.Fatalf("Refill of a size nobody took: %+v", g.r.Counters())
+		}
+	}
+	b, reg := takeReady(t, g.r, 512, frwr.FromPeer)
+	if !g.r.Refill() || g.r.Refill() {
+		t.Fatalf("a take must be replaced once: %+v", g.r.Counters())
+	}
+	if err := g.r.Release([]*frwr.Registration{reg}); err != nil {
+		t.Fatal(err)
+	}
+	g.r.PutBuffer(b)
+	if c := g.r.Counters(); c.ReadyStocked != 1 || c.ReadyMade != 2 {
+		t.Fatalf("counters %+v", c)
 	}
 }

@@ -147,7 +147,15 @@ func dialFaulty(t *testing.T, export string, retry sunrpc.RetryPolicy) *faultCli
 	return fc
 }
 
-func (fc *faultClient) snapshot() faults.Snapshot { return faults.Take(fc.base) }
+// snapshot counts the client's resources. The registrations the
+// transport made ahead and holds for later calls (a stock, not a leak)
+// are left out of the MRs; the stock's own lifecycle is tested in frwr and
+// xprt.
+func (fc *faultClient) snapshot() faults.Snapshot {
+	s := faults.Take(fc.base)
+	s.Verbs.MRs -= int(fc.tr.Counters().RegisteredAhead)
+	return s
+}
 
 // lookup returns the handle of a path below the root.
 func (fc *faultClient) lookup(ctx context.Context, path string) (nfs3.FileHandle, error) {

@@ -40,6 +40,7 @@ type Counters struct {
 	WindowsReplaced      uint64 `counter:"windows_replaced"`      // windows destroyed after an error (state unknown)
 	Registrations        uint64 `counter:"registrations"`         // per-I/O registrations (fallback mode)
 	ReadyRegistrations   uint64 `counter:"ready_registrations"`   // segments exposed through a registration made ahead (fallback mode, Config.RegisterAhead)
+	RegisteredAhead      uint64 `counter:"registered_ahead"`      // registrations made ahead and not yet taken, each an MR (a gauge)
 	ZeroCopyReads        uint64 `counter:"zero_copy_reads"`       // READ results placed straight into a borrowed buffer
 	ZeroCopyWrites       uint64 `counter:"zero_copy_writes"`      // WRITE data read by the server straight from a borrowed buffer
 	BusyPolls            uint64 `counter:"busy_polls"`            // spins on the receive CQ (Config.BusyPoll)

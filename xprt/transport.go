@@ -257,6 +257,7 @@ func (t *Transport) Counters() Counters {
 		rc := reg.Counters()
 		c.Binds, c.LocalInvalidations, c.RemoteInvalidations = rc.Binds, rc.LocalInvalidations, rc.RemoteInvalidations
 		c.WindowsReplaced, c.Registrations, c.WindowsRetired = rc.WindowsReplaced, rc.Registrations, rc.WindowsRetired
+		c.RegisteredAhead = uint64(rc.ReadyStocked)
 	}
 	return c
 }
