@@ -62,9 +62,11 @@ type sendMeta struct {
 //
 // Locking: conn.mu guards the connection's queues and accounting (the
 // fields marked below, and a call's fields marked "the attempt's
-// conn.mu"), and is the only lock held across ibv_post_send and
-// ibv_post_recv. Lock order: Transport.mu, then conn.mu; never the
-// reverse.
+// conn.mu"), and is the only lock held across ibv_post_recv and a
+// LOCAL_INV chain's ibv_post_send. A call's chain is posted with mu
+// released, by the combined posting of sendq.go (rxe runs the whole send
+// inside ibv_post_send). Lock order: Transport.mu, then conn.mu; never
+// the reverse.
 type conn struct {
 	t   *Transport
 	ep  verbs.Endpoint
@@ -79,7 +81,7 @@ type conn struct {
 	// Scratch for building WR chains, used under mu (PostSend does not
 	// keep them): a chain per call would be a heap allocation each.
 	wrs      []verbs.SendWR // maxChain(t.segs) long
-	sendSGE  [1]verbs.SGE
+	sendSGEs []verbs.SGE    // per send buffer: its SEND's gather list, kept until the post
 	recvMem  *verbs.Mapping
 	recvMR   verbs.MR
 	recvSize int
@@ -100,6 +102,11 @@ type conn struct {
 	recvs    *flowctl.Receives                  // mu
 	recvFree []int                              // mu
 	sendFree []int                              // mu
+	// The combined posting (sendq.go).
+	pend     []verbs.SendWR // mu: chains reserved in the ring, not yet posted, in wrid order
+	pendFree []verbs.SendWR // mu: the spare of pend, swapped with it by the poster
+	posting  bool           // mu: a goroutine posts pend with mu released
+	postIdle *sync.Cond     // on mu: posting ended
 	// broken is set once, under Transport.mu and mu both: either lock
 	// suffices to read it.
 	broken bool
@@ -134,6 +141,7 @@ func (t *Transport) dial(ctx context.Context) (*conn, error) {
 		return nil, err
 	}
 	c := &conn{t: t, ep: ep, rqDrained: make(chan struct{}), sqDrained: make(chan struct{})}
+	c.postIdle = sync.NewCond(&c.mu)
 	ok := false
 	defer func() {
 		if !ok {
@@ -185,6 +193,7 @@ func (t *Transport) dial(ctx context.Context) (*conn, error) {
 		c.recvBufs[i] = c.recvMem.Bytes()[i*c.recvSize : (i+1)*c.recvSize : (i+1)*c.recvSize]
 	}
 	c.wrs = make([]verbs.SendWR, maxChain(t.segs))
+	c.sendSGEs = make([]verbs.SGE, c.sendQueue)
 	c.ring = flowctl.NewSendContextRing[sendMeta](c.sendQueue, maxChain(t.segs))
 	c.gate = flowctl.NewCongestionGate[*call](c.sendQueue)
 	c.credits = flowctl.NewCredits(c.slots)
@@ -368,6 +377,13 @@ func (c *conn) drain() error {
 	case <-timeout.C:
 		return errors.New("the receive queue did not flush")
 	}
+	// The sentinel goes after every chain: wait for a poster posting
+	// with conn.mu released (it posts nothing more once broken is set).
+	c.mu.Lock()
+	for c.posting {
+		c.postIdle.Wait()
+	}
+	c.mu.Unlock()
 	if _, err := c.qp.PostSend([]verbs.SendWR{{ID: sentinelID, Opcode: verbs.OpSend, Flags: verbs.SendSignaled}}); err != nil {
 		return fmt.Errorf("posting the send sentinel: %w", err)
 	}

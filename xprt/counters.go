@@ -51,6 +51,8 @@ type Counters struct {
 	RetransmitResets     uint64 `counter:"retransmit_resets"`     // connections reset to retransmit an abandoned call's xid on a new one
 	BudgetWaits          uint64 `counter:"budget_waits"`          // calls that waited for I/O buffers or windows
 	PostFailures         uint64 `counter:"post_failures"`         // ibv_post_send failures (each resets the connection)
+	Posts                uint64 `counter:"posts"`                 // ibv_post_send calls for SEND and LOCAL_INV chains
+	PostsCombined        uint64 `counter:"posts_combined"`        // chains handed to another goroutine's post, sent with its next batch
 	ForeignInvalidations uint64 `counter:"foreign_invalidations"` // replies whose Send With Invalidate named an rkey not of their call
 	DeviceRemovals       uint64 `counter:"device_removals"`       // RDMA CM DEVICE_REMOVAL events
 	RefusedTransitions   uint64 `counter:"refused_transitions"`   // call-state transitions refused (bugs; logged)
@@ -80,4 +82,5 @@ type counters struct {
 	zeroCopyWrites, busyPolls, busyPollHits, ownReplies, readyRegistrations                                 atomic.Uint64
 	abandoned, abandonResets, retransmitResets, budgetWaits, postFailures, foreignInvalidations             atomic.Uint64
 	deviceRemovals, refusedTransitions, asyncEvents, deviceMoves                                            atomic.Uint64
+	posts, postsCombined                                                                                    atomic.Uint64
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
@@ -39,6 +40,8 @@ type stackOpts struct {
 	client  Config
 	fabric  []sim.Option
 	observe bool
+	// wrap, when set, decorates the client's fabric (verbs/faulty).
+	wrap func(verbs.Fabric) verbs.Fabric
 }
 
 func newStack(t testing.TB, o stackOpts) *stack {
@@ -72,6 +75,9 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	}
 	ccfg := o.client
 	ccfg.Fabric, ccfg.Addr = s.fab, s.srv.Addr()
+	if o.wrap != nil {
+		ccfg.Fabric = o.wrap(s.fab)
+	}
 	if ccfg.MaxIO == 0 {
 		ccfg.MaxIO = 256 << 10
 	}

@@ -246,7 +246,7 @@ func (t *Transport) Counters() Counters {
 		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
 		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(), OwnReplies: t.ctr.ownReplies.Load(), ReadyRegistrations: t.ctr.readyRegistrations.Load(),
 		Abandoned: t.ctr.abandoned.Load(), AbandonResets: t.ctr.abandonResets.Load(), RetransmitResets: t.ctr.retransmitResets.Load(),
-		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
+		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), Posts: t.ctr.posts.Load(), PostsCombined: t.ctr.postsCombined.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
 		DeviceRemovals: t.ctr.deviceRemovals.Load(), RefusedTransitions: t.ctr.refusedTransitions.Load(), AsyncEvents: t.ctr.asyncEvents.Load(),
 		DeviceMoves: t.ctr.deviceMoves.Load(),
 	}

@@ -35,6 +35,7 @@ type Fabric struct {
 	qps   map[*QP]struct{} // live QPs made through Resolve'd endpoints
 	fails []postFault      // armed post failures, oldest first
 	stats Stats
+	onPost func([]verbs.SendWR)
 }
 
 // Stats counts what the decorator did.
@@ -105,6 +106,16 @@ func (f *Fabric) FailPostSend(match func([]verbs.SendWR) bool) <-chan struct{} {
 	f.fails = append(f.fails, pf)
 	f.mu.Unlock()
 	return pf.fired
+}
+
+// OnPost sets a function that sees every chain a decorated QP passes on
+// to the wrapped QP, in the goroutine posting it, right before the post
+// (nil: none). A test records the order in which work requests reach the
+// device with it, or holds a post to widen a race window.
+func (f *Fabric) OnPost(fn func(wrs []verbs.SendWR)) {
+	f.mu.Lock()
+	f.onPost = fn
+	f.mu.Unlock()
 }
 
 // Disarm drops the armed post failures that have not fired and returns how
@@ -179,7 +190,11 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		}
 	}
 	f.stats.Posts++
+	fn := f.onPost
 	f.mu.Unlock()
+	if fn != nil {
+		fn(wrs)
+	}
 	return q.QP.PostSend(wrs)
 }
 
