@@ -31,10 +31,10 @@ var ErrInjected = fmt.Errorf("faulty: injected post failure: %w", syscall.ENOMEM
 type Fabric struct {
 	verbs.Fabric
 
-	mu    sync.Mutex
-	qps   map[*QP]struct{} // live QPs made through Resolve'd endpoints
-	fails []postFault      // armed post failures, oldest first
-	stats Stats
+	mu     sync.Mutex
+	qps    map[*QP]struct{} // live QPs made through Resolve'd endpoints
+	fails  []postFault      // armed post failures, oldest first
+	stats  Stats
 	onPost func([]verbs.SendWR)
 }
 
