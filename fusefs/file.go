@@ -667,6 +667,9 @@ func (f *openFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // is left (writes through mmap) and removes a silly-renamed file.
 func (f *openFile) Release(ctx context.Context) syscall.Errno {
 	f.cancel()
+	if f.ra != nil {
+		f.ra.close()
+	}
 	ctx = f.wctx
 	n := f.n
 	n.mu.Lock()

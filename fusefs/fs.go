@@ -114,6 +114,8 @@ type FS struct {
 	shared bool
 
 	watches watchList // requests in flight, for interrupts (callCtx)
+	// segBufs: read-ahead segments' memory, reused (readahead.go).
+	segBufs segPool
 	lockers lockFiles // the open files each lock owner locked through (lock.go)
 	now     func() time.Time
 }

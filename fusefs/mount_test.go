@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -411,6 +412,130 @@ func TestReadAhead(t *testing.T) {
 	reads := m.calls(nfs3.ProcRead)
 	if want := uint64(len(data) / (64 << 10)); reads < want {
 		t.Errorf("%d READs for %d bytes in 64 KiB READs", reads, len(data))
+	}
+}
+
+// TestReadAheadReusesSegments: read-ahead segments' memory is reused from
+// segment to segment and from file to file, and no reader ever sees bytes
+// of another segment or file in it: several files read sequentially at
+// once, one after the other, each with its own contents, some with a
+// random read mid-stream (which drops the window while its READs may still
+// be in flight).
+func TestReadAheadReusesSegments(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.Rsize, o.Wsize = 64<<10, 64<<10
+	o.ReadAhead = 512 << 10
+	m := mountGoNFS(t, srv, &o)
+	const readers, passes, size = 4, 3, 3<<20 + 4321
+	want := make(map[string][]byte)
+	for i := range readers {
+		for pass := range passes {
+			name := fmt.Sprintf("r%d-%d", i, pass)
+			want[name] = make([]byte, size)
+			rand.Read(want[name])
+			check(t, os.WriteFile(filepath.Join(srv.Dir, name), want[name], 0o644))
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, readers*passes)
+	for i := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for pass := range passes {
+				// A file of its own each pass: the page cache answers
+				// none of it.
+				name := fmt.Sprintf("r%d-%d", i, pass)
+				w := want[name]
+				f, err := os.Open(m.path(name))
+				if err != nil {
+					errs <- err
+					return
+				}
+				buf := make([]byte, 96<<10+pass*1000)
+				var off int64
+				for off < size {
+					if pass == 1 && off > size/2 {
+						p := make([]byte, 4096)
+						n, _ := f.ReadAt(p, 17)
+						if !bytes.Equal(p[:n], w[17:17+4096]) {
+							errs <- fmt.Errorf("%s: random read differs", name)
+						}
+					}
+					n, err := f.ReadAt(buf, off)
+					if !bytes.Equal(buf[:n], w[off:off+int64(n)]) {
+						errs <- fmt.Errorf("%s: %d bytes at %d differ", name, n, off)
+						f.Close()
+						return
+					}
+					off += int64(n)
+					if err != nil || n == 0 {
+						break
+					}
+				}
+				f.Close()
+				if off != size {
+					errs <- fmt.Errorf("%s: read %d of %d bytes", name, off, size)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Every segment READ: 12 files of 49 segments, each made anew without
+	// reuse. With it, what the readers hold at once (each its window of 8
+	// segments ahead, as many behind, and the ones being read), and again
+	// whenever every window happened to be closed at once (the memory kept
+	// then shrinks to one window's worth).
+	made, reads := m.fsys.segBufs.made.Load(), m.calls(nfs3.ProcRead)
+	t.Logf("segment buffers made %d, READs %d", made, reads)
+	if reads < readers*passes*(size>>16) {
+		t.Fatalf("%d READs: the files were not read through the mount", reads)
+	}
+	if made == 0 {
+		t.Fatalf("no segment made: the files were not read ahead")
+	}
+	if made >= reads/2 {
+		t.Errorf("%d segment buffers made for %d READs: not reused", made, reads)
+	}
+}
+
+// TestReadAheadOneReaderKeepsOneWindow: a program reading files one after
+// the other (cp, tar, a backup) reads them all through one window's worth
+// of segment memory, made once.
+func TestReadAheadOneReaderKeepsOneWindow(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.Rsize, o.Wsize = 64<<10, 64<<10
+	o.ReadAhead = 512 << 10
+	m := mountGoNFS(t, srv, &o)
+	const files, size = 6, 2<<20 + 999
+	for i := range files {
+		data := make([]byte, size)
+		rand.Read(data)
+		name := fmt.Sprintf("s%d", i)
+		check(t, os.WriteFile(filepath.Join(srv.Dir, name), data, 0o644))
+		got, err := os.ReadFile(m.path(name))
+		check(t, err)
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%s: %d bytes read, differs", name, len(got))
+		}
+	}
+	made, reads := m.fsys.segBufs.made.Load(), m.calls(nfs3.ProcRead)
+	t.Logf("segment buffers made %d, READs %d", made, reads)
+	if reads < files*(size>>16) {
+		t.Fatalf("%d READs: the files were not read through the mount", reads)
+	}
+	// One window: 8 segments ahead, as many behind, one being read, and
+	// one whose READ the next file's window starts before the last
+	// file's RELEASE (asynchronous) gives its memory back.
+	if most := uint64(2*8 + 2); made == 0 || made > most {
+		t.Errorf("%d segment buffers made for %d READs of %d files (one window holds at most %d)", made, reads, files, most)
 	}
 }
 
