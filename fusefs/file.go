@@ -240,15 +240,22 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	// The reader sees its own writes: those written behind land first.
 	f.n.drainWriteBehind()
 	var n int
+	var res fuse.ReadResult
 	var err error
 	if f.ra != nil {
-		n, err = f.ra.read(ctx, dest, off)
+		n, res, err = f.ra.read(ctx, dest, off)
 	} else {
 		n, err = f.n.readAt(ctx, dest, off)
 	}
 	if err != nil && err != io.EOF {
+		if res != nil {
+			res.Done()
+		}
 		f.n.markGone(err)
 		return nil, toErrno(err)
+	}
+	if res != nil {
+		return res, 0 // the data is in a read-ahead segment (readahead.go)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // readAhead serves a sequential reader of one open file from segments of
@@ -224,8 +226,38 @@ func newReadAhead(f *openFile, segSize, window int) *readAhead {
 		direct: f.flags&syscall.O_DIRECT != 0}
 }
 
-// read fills dest from off; n < len(dest) means the file ended (io.EOF).
-func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, error) {
+// read reads len(dest) bytes at off; n < len(dest) means the file ended
+// (io.EOF). The data is in dest, or, when one segment read ahead holds all
+// of it, in res: the kernel's reply is written from the segment itself
+// (no copy), which stays held until the reply is sent (res.Done).
+func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (n int, res fuse.ReadResult, err error) {
+	n, err = ra.readInto(ctx, dest, off, &res)
+	return n, res, err
+}
+
+// segResult is a reply served from a segment's memory: Done lets go of
+// the segment.
+type segResult struct {
+	ra   *readAhead
+	s    *segment
+	data []byte
+}
+
+func (r *segResult) Bytes([]byte) ([]byte, fuse.Status) { return r.data, fuse.OK }
+func (r *segResult) Size() int                          { return len(r.data) }
+func (r *segResult) Done() {
+	if r.s == nil {
+		return
+	}
+	r.ra.mu.Lock()
+	r.ra.unrefLocked(r.s)
+	r.ra.mu.Unlock()
+	r.s, r.data = nil, nil
+}
+
+// readInto is read; with res non-nil it may set *res instead of filling
+// dest.
+func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *fuse.ReadResult) (int, error) {
 	n := ra.f.n
 	size := int64(ra.segSize)
 	first, last := off/size, (off+int64(len(dest))-1)/size
@@ -338,6 +370,21 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (int, err
 		}
 		segOff := i * size
 		from := max(off+int64(total)-segOff, 0)
+		if res != nil && len(need) == 1 && from < int64(len(s.data)) {
+			// One segment holds it all: the reply is written from
+			// there, the segment held until it is sent.
+			to := min(from+int64(len(dest)), int64(len(s.data)))
+			ra.mu.Lock()
+			ra.markGiven(segOff+from, int(to-from))
+			s.refs++
+			ra.mu.Unlock()
+			*res = &segResult{ra: ra, s: s, data: s.data[from:to]}
+			total = int(to - from)
+			if total == len(dest) {
+				return total, nil
+			}
+			return total, io.EOF // the segment is short: the file ends there
+		}
 		if from < int64(len(s.data)) {
 			c := copy(dest[total:], s.data[from:])
 			ra.mu.Lock()
