@@ -227,6 +227,41 @@ func TestRootOpenOneCall(t *testing.T) {
 	}
 }
 
+// TestRootOpenStaleAttrsOneCall: once the kernel's attributes of a file
+// timed out, root's open still costs one call: the kernel's permission
+// check asks for the attributes first, and the ACCESS that fetches them
+// tells the open what root may do (the kernel client sends a GETATTR and
+// an ACCESS). A change made on the server meanwhile is seen.
+func TestRootOpenStaleAttrsOneCall(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("root's opens: the test runs as root (as make check does)")
+	}
+	srv := startGoNFS(t, backendDisk)
+	path := filepath.Join(srv.Dir, "f")
+	check(t, os.WriteFile(path, []byte("hello"), 0o644))
+	o := DefaultOptions()
+	o.AcRegMin, o.AcRegMax = 200*time.Millisecond, 200*time.Millisecond
+	m := mountGoNFS(t, srv, &o)
+	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
+		t.Fatalf("read: %q, %v", b, err)
+	}
+	for i, want := range []string{"hello", "HELLO"} {
+		if i == 1 {
+			check(t, os.WriteFile(path, []byte(want), 0o644))
+			later := time.Now().Add(time.Hour)
+			check(t, os.Chtimes(path, later, later))
+		}
+		time.Sleep(lookupFresh + 300*time.Millisecond) // the attributes and the LOOKUP's revalidation time out
+		d := opDeltas(m)
+		if b, err := openRead(m.path("f")); err != nil || string(b) != want {
+			t.Fatalf("open %d: read %q, %v; want %q", i+1, b, err, want)
+		}
+		if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a != 1 || g != 0 {
+			t.Errorf("open %d by root with stale attributes sent %d ACCESS and %d GETATTR, want 1 and 0", i+1, a, g)
+		}
+	}
+}
+
 // TestEvents: the VFS event counters count the requests.
 func TestEvents(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)

@@ -64,6 +64,12 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
 // the OPEN right after the LOOKUP of the same path walk.
 const lookupFresh = time.Second
 
+// rootAccessFresh is how long root's rights learned by an ACCESS answer an
+// open (and that ACCESS's attributes serve as its close-to-open
+// revalidation): the kernel opens right after the permission check that
+// asked for the attributes.
+const rootAccessFresh = time.Second
+
 // rootAccess asks the server whether root may open the file as flags ask:
 // the kernel lets root (CAP_DAC_OVERRIDE) past its local permission check
 // (default_permissions), but a server that squashes root (exports(5)'s
@@ -83,6 +89,18 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 	}
 	if flags&syscall.O_TRUNC != 0 {
 		want |= nfs3.AccessModify
+	}
+	// The ACCESS that answered this open's permission check, just before
+	// (getattrByAccess), answers this too.
+	n.mu.Lock()
+	acc, attr := n.rootAcc, n.attrs.attr
+	n.rootAcc = rootAccessResult{} // one open's: the next asks again
+	n.mu.Unlock()
+	if !acc.at.IsZero() && n.fsys.now().Sub(acc.at) < rootAccessFresh {
+		if acc.rights&want != want {
+			return nil, syscall.EACCES
+		}
+		return &attr, 0
 	}
 	var r nfs3.AccessResult
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {

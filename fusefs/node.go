@@ -60,6 +60,9 @@ type node struct {
 	// right after needs no GETATTR of its own (see Open).
 	lookupAt   time.Time
 	lookupKeep bool
+	// rootAcc: root's rights on the object from an ACCESS that served a
+	// GETATTR (see getattrByAccess), for the open that follows.
+	rootAcc rootAccessResult
 
 	// staleData: attributes seen since the last open showed the data
 	// changed (nocto opens go by it).
@@ -221,6 +224,7 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	if changed {
 		n.dropNamesLocked() // changed by someone: the names may be too
 		n.staleData = true
+		n.rootAcc = rootAccessResult{} // its mode or owner may have too
 	}
 	return changed
 }
@@ -276,6 +280,44 @@ func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duratio
 	timeo := n.attrs.timeo
 	n.mu.Unlock()
 	return a, timeo, nil
+}
+
+// rootAccessResult is what an ACCESS told of root's rights on a file.
+type rootAccessResult struct {
+	at     time.Time // when it came (zero: none)
+	rights uint32    // the granted nfs3.Access* bits of rootAccessAsked
+}
+
+// rootAccessAsked is what getattrByAccess asks of a file for root.
+const rootAccessAsked = nfs3.AccessRead | nfs3.AccessModify | nfs3.AccessExtend | nfs3.AccessExecute
+
+// getattrByAccess is getattr for root's GETATTR of a regular file whose
+// cached attributes went stale: an ACCESS, whose reply carries the
+// attributes too. It is how an open by root begins once the attributes
+// have timed out (the kernel's permission check asks for them first, then
+// opens), and the open asks the server whether root may (rootAccess): the
+// rights it learns here answer that, so the open costs no call of its
+// own. The kernel client sends a GETATTR and an ACCESS there. A reply
+// without attributes, or an error other than a stale handle, falls back to
+// a GETATTR.
+func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
+	var r nfs3.AccessResult
+	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Access(ctx, fh, rootAccessAsked)
+		return err
+	})
+	if err != nil && isStale(err) {
+		return nfs3.Attr{}, 0, err
+	}
+	if err != nil || r.Attr == nil {
+		return n.getattr(ctx, force)
+	}
+	n.setAttr(r.Attr)
+	n.mu.Lock()
+	n.rootAcc = rootAccessResult{at: n.fsys.now(), rights: r.Access}
+	timeo := n.attrs.timeo
+	n.mu.Unlock()
+	return *r.Attr, timeo, nil
 }
 
 // cached returns the cached attributes and their timeout, fresh or not.
@@ -445,19 +487,30 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return syscall.ESTALE
 	}
 	left, fresh := n.attrs.fresh(n.fsys.now())
-	force := n.atimeStale && !n.fsys.ioGetattr(ctx)
-	a := n.attrs.attr
-	n.floorSize(&a)
+	viaFile := n.fsys.ioGetattr(ctx)
+	force := n.atimeStale && !viaFile
+	a0 := n.attrs.attr
+	n.floorSize(&a0)
 	n.mu.Unlock()
 	if fresh && !force {
 		// Answered from the cache: no call, no call context.
-		n.fillOut(&out.Attr, &a)
+		n.fillOut(&out.Attr, &a0)
 		out.SetTimeout(left)
 		return 0
 	}
+	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	a, timeo, err := n.getattr(ctx, force)
+	var a nfs3.Attr
+	var timeo time.Duration
+	var err error
+	if !fresh && caller != nil && caller.Uid == 0 && n.fsys.opts.CallerIdentity && a0.Type == nfs3.TypeReg && !viaFile {
+		// Timed out: most likely an open's permission check (see
+		// getattrByAccess). A stat after a READ (force) is a GETATTR.
+		a, timeo, err = n.getattrByAccess(ctx, force)
+	} else {
+		a, timeo, err = n.getattr(ctx, force)
+	}
 	if err != nil {
 		// Gone from the server (removed or renamed over by another
 		// client): ESTALE, open or not, as the Linux client's
