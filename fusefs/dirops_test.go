@@ -193,23 +193,32 @@ func openRead(path string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
+// mountRootOpen is the start of the tests of root's opens: a file "f"
+// holding "hello" on the server (path: its path there), mounted with
+// attributes trusted for ac, and read once as root.
+func mountRootOpen(t *testing.T, ac time.Duration) (m *mounted, path string) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("root's opens: the test runs as root (as make check does)")
+	}
+	srv := startGoNFS(t, backendDisk)
+	path = filepath.Join(srv.Dir, "f")
+	check(t, os.WriteFile(path, []byte("hello"), 0o644))
+	o := DefaultOptions()
+	o.AcRegMin, o.AcRegMax = ac, ac
+	m = mountGoNFS(t, srv, &o)
+	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
+		t.Fatalf("read: %q, %v", b, err)
+	}
+	return m, path
+}
+
 // TestRootOpenOneCall: root's open asks the server once: the ACCESS that
 // checks what a squashing server lets root do brings the attributes, and
 // they are the open's close-to-open revalidation (no GETATTR besides); a
 // change made on the server between two opens is still seen by the second.
 func TestRootOpenOneCall(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("root's opens: the test runs as root (as make check does)")
-	}
-	srv := startGoNFS(t, backendDisk)
-	path := filepath.Join(srv.Dir, "f")
-	check(t, os.WriteFile(path, []byte("hello"), 0o644))
-	o := DefaultOptions()
-	o.AcRegMin, o.AcRegMax = time.Minute, time.Minute
-	m := mountGoNFS(t, srv, &o)
-	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
-		t.Fatalf("read: %q, %v", b, err)
-	}
+	m, path := mountRootOpen(t, time.Minute)
 	time.Sleep(lookupFresh + 100*time.Millisecond) // past the LOOKUP's own revalidation
 	d := opDeltas(m)
 	for i, want := range []string{"hello", "HELLO"} {
@@ -233,18 +242,7 @@ func TestRootOpenOneCall(t *testing.T) {
 // tells the open what root may do (the kernel client sends a GETATTR and
 // an ACCESS). A change made on the server meanwhile is seen.
 func TestRootOpenStaleAttrsOneCall(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("root's opens: the test runs as root (as make check does)")
-	}
-	srv := startGoNFS(t, backendDisk)
-	path := filepath.Join(srv.Dir, "f")
-	check(t, os.WriteFile(path, []byte("hello"), 0o644))
-	o := DefaultOptions()
-	o.AcRegMin, o.AcRegMax = 200*time.Millisecond, 200*time.Millisecond
-	m := mountGoNFS(t, srv, &o)
-	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
-		t.Fatalf("read: %q, %v", b, err)
-	}
+	m, path := mountRootOpen(t, 200*time.Millisecond)
 	for i, want := range []string{"hello", "HELLO"} {
 		if i == 1 {
 			check(t, os.WriteFile(path, []byte(want), 0o644))

@@ -64,6 +64,14 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
 // the OPEN right after the LOOKUP of the same path walk.
 const lookupFresh = time.Second
 
+// rootCalls reports whether the FUSE request of ctx is root's and its NFS
+// calls carry root's own credential (Options.CallerIdentity): the server
+// then decides what root may do (root_squash), see rootAccess.
+func (f *FS) rootCalls(ctx context.Context) bool {
+	caller, ok := fuse.FromContext(ctx)
+	return ok && caller.Uid == 0 && f.opts.CallerIdentity
+}
+
 // rootAccessFresh is how long root's rights learned by an ACCESS answer an
 // open (and that ACCESS's attributes serve as its close-to-open
 // revalidation): the kernel opens right after the permission check that
@@ -133,7 +141,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	caller, _ := fuse.FromContext(ctx)
+	asRoot := n.fsys.rootCalls(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
@@ -141,7 +149,7 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	// accessAttr: the attributes root's ACCESS just brought.
 	var accessAttr *nfs3.Attr
-	if caller != nil && caller.Uid == 0 && n.fsys.opts.CallerIdentity {
+	if asRoot {
 		a, errno := n.rootAccess(ctx, flags)
 		if errno != 0 {
 			return nil, 0, errno
@@ -266,9 +274,6 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 		n, err = f.n.readAt(ctx, dest, off)
 	}
 	if err != nil && err != io.EOF {
-		if res != nil {
-			res.Done()
-		}
 		f.n.markGone(err)
 		return nil, toErrno(err)
 	}

@@ -375,14 +375,21 @@ func TestUnlinkOpenFile(t *testing.T) {
 	}
 }
 
-// TestReadAhead: a sequential reader is served by pipelined READs of rsize
-// ahead of it; the data is right whatever the kernel's request sizes.
-func TestReadAhead(t *testing.T) {
+// mountReadAhead mounts a fresh server's export with READs of 64 KiB and
+// a read-ahead window of window bytes.
+func mountReadAhead(t *testing.T, window int) (*fusefstest.Server, *mounted) {
+	t.Helper()
 	srv := startGoNFS(t, backendDisk)
 	o := DefaultOptions()
 	o.Rsize, o.Wsize = 64<<10, 64<<10
-	o.ReadAhead = 1 << 20
-	m := mountGoNFS(t, srv, &o)
+	o.ReadAhead = window
+	return srv, mountGoNFS(t, srv, &o)
+}
+
+// TestReadAhead: a sequential reader is served by pipelined READs of rsize
+// ahead of it; the data is right whatever the kernel's request sizes.
+func TestReadAhead(t *testing.T) {
+	srv, m := mountReadAhead(t, 1<<20)
 	data := make([]byte, 5<<20+777)
 	rand.Read(data)
 	check(t, os.WriteFile(filepath.Join(srv.Dir, "seq"), data, 0o644))
@@ -422,11 +429,7 @@ func TestReadAhead(t *testing.T) {
 // random read mid-stream (which drops the window while its READs may still
 // be in flight).
 func TestReadAheadReusesSegments(t *testing.T) {
-	srv := startGoNFS(t, backendDisk)
-	o := DefaultOptions()
-	o.Rsize, o.Wsize = 64<<10, 64<<10
-	o.ReadAhead = 512 << 10
-	m := mountGoNFS(t, srv, &o)
+	srv, m := mountReadAhead(t, 512<<10)
 	const readers, passes, size = 4, 3, 3<<20 + 4321
 	want := make(map[string][]byte)
 	for i := range readers {
@@ -509,11 +512,7 @@ func TestReadAheadReusesSegments(t *testing.T) {
 // the other (cp, tar, a backup) reads them all through one window's worth
 // of segment memory, made once.
 func TestReadAheadOneReaderKeepsOneWindow(t *testing.T) {
-	srv := startGoNFS(t, backendDisk)
-	o := DefaultOptions()
-	o.Rsize, o.Wsize = 64<<10, 64<<10
-	o.ReadAhead = 512 << 10
-	m := mountGoNFS(t, srv, &o)
+	srv, m := mountReadAhead(t, 512<<10)
 	const files, size = 6, 2<<20 + 999
 	for i := range files {
 		data := make([]byte, size)

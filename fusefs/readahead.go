@@ -255,8 +255,8 @@ func (r *segResult) Done() {
 	r.s, r.data = nil, nil
 }
 
-// readInto is read; with res non-nil it may set *res instead of filling
-// dest.
+// readInto is read: it sets *res (with a nil or io.EOF error) instead of
+// filling dest when one segment holds the data.
 func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *fuse.ReadResult) (int, error) {
 	n := ra.f.n
 	size := int64(ra.segSize)
@@ -370,7 +370,7 @@ func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *
 		}
 		segOff := i * size
 		from := max(off+int64(total)-segOff, 0)
-		if res != nil && len(need) == 1 && from < int64(len(s.data)) {
+		if len(need) == 1 && from < int64(len(s.data)) {
 			// One segment holds it all: the reply is written from
 			// there, the segment held until it is sent.
 			to := min(from+int64(len(dest)), int64(len(s.data)))
