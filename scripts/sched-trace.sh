@@ -6,8 +6,12 @@
 #   ./_build/testbed run -- scripts/sched-trace.sh [-n OPS] CMD [ARGS...]
 #
 # It prints, for the command's run only (between two trace markers): the
-# window, each task name's CPU time and share of the guest's CPUs, and its
-# switches out; with -n OPS, per operation too. Go programs' threads all
+# window, each task name's CPU time and share of the guest's CPUs, its
+# switches out, and how long it waited runnable for a CPU (from its wake-up,
+# or its preemption, to its next switch in); with -n OPS, per operation
+# too. The wait shows who queues behind whom: on two CPUs, a mount server
+# that stays on a CPU after posting a call keeps the server's nfsd, woken
+# onto that CPU, from starting on it. Go programs' threads all
 # carry the program's name; -t splits a name into its threads (TIDs), which
 # shows the Go runtime's own threads (sysmon's 20 us polls, idle Ms woken
 # to look for work) beside the ones doing the work.
@@ -31,12 +35,13 @@ T=/sys/kernel/tracing
 [ -e $T/trace ] || mount -t tracefs nodev $T
 [ -e $T/events/sched/sched_switch/enable ] || { echo "sched-trace: no ftrace sched events in this kernel" >&2; exit 1; }
 out=$(mktemp)
-trap 'echo 0 > $T/tracing_on; echo 0 > $T/events/sched/sched_switch/enable; rm -f "$out"' EXIT
+trap 'echo 0 > $T/tracing_on; echo 0 > $T/events/sched/sched_switch/enable; echo 0 > $T/events/sched/sched_wakeup/enable; rm -f "$out"' EXIT
 
 echo 0 > $T/tracing_on
 echo > $T/trace
 echo 32768 > $T/buffer_size_kb
 echo 1 > $T/events/sched/sched_switch/enable
+echo 1 > $T/events/sched/sched_wakeup/enable
 echo 1 > $T/tracing_on
 echo "sched-trace begin" > $T/trace_marker
 status=0
@@ -66,6 +71,17 @@ on && /sched_switch:/ {
 	if (cpu in cur) cpu_t[cur[cpu]] += t - since[cpu]
 	out_n[pk]++
 	since[cpu] = t; cur[cpu] = key(nc, np)
+	# Runnable time: from a wake-up or a preemption (prev_state R) to the
+	# next switch in.
+	if (np in ready) { wait_t[cur[cpu]] += t - ready[np]; delete ready[np] }
+	match($0, /prev_state=[^ ]+/)
+	if (pp != "0" && substr($0, RSTART + 11, 1) == "R") ready[pp] = t
+	else delete ready[pp]
+}
+on && /sched_wakeup:/ {
+	match($0, / [0-9]+\.[0-9]+: /); t = substr($0, RSTART + 1, RLENGTH - 3) + 0
+	match($0, / pid=[0-9]+/); p = substr($0, RSTART + 5, RLENGTH - 5)
+	if (!(p in ready)) ready[p] = t
 }
 END {
 	if (first == "") { print "1e18\tsched-trace: no scheduler events in the window"; exit }
@@ -73,10 +89,10 @@ END {
 	w = last - first
 	if (w <= 0) w = 1e-9
 	printf "1e18\twindow %.3f s on %d CPUs (%.3f CPU-s)%s\n", w, n, w * n, (ops > 0 ? sprintf("; %d operations: %.0f us each", ops, w * 1e6 / ops) : "")
-	printf "1e17\t%-28s %10s %6s %9s%s\n", "task", "CPU ms", "share", "switches", (ops > 0 ? "   per op: CPU us  switches" : "")
+	printf "1e17\t%-28s %10s %6s %9s %10s%s\n", "task", "CPU ms", "share", "switches", "waited ms", (ops > 0 ? "   per op: CPU us  switches  waited us" : "")
 	for (k in cpu_t) {
-		printf "%.9f\t%-28s %10.1f %5.1f%% %9d", cpu_t[k], k, cpu_t[k] * 1000, 100 * cpu_t[k] / (w * n), out_n[k]
-		if (ops > 0) printf "   %15.0f %9.1f", cpu_t[k] * 1e6 / ops, out_n[k] / ops
+		printf "%.9f\t%-28s %10.1f %5.1f%% %9d %10.1f", cpu_t[k], k, cpu_t[k] * 1000, 100 * cpu_t[k] / (w * n), out_n[k], wait_t[k] * 1000
+		if (ops > 0) printf "   %15.0f %9.1f %10.0f", cpu_t[k] * 1e6 / ops, out_n[k] / ops, wait_t[k] * 1e6 / ops
 		printf "\n"
 	}
 }' "$out" | sort -t "$(printf '\t')" -k1,1 -g -r | cut -f2- | head -24
