@@ -3,7 +3,7 @@
 # events (ftrace sched_switch) summed per task name, with each name's
 # context switches. For the test bed's guest, where perf is not installed:
 #
-#   ./_build/testbed run -- scripts/sched-trace.sh [-n OPS] CMD [ARGS...]
+#   ./_build/testbed run -- bash scripts/sched-trace.sh [-n OPS] [-t NAME] [-s] CMD [ARGS...]
 #
 # It prints, for the command's run only (between two trace markers): the
 # window, each task name's CPU time and share of the guest's CPUs, its
