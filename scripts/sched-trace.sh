@@ -65,11 +65,12 @@ function key(comm, pid) {
 	if (split_name != "" && comm == split_name) return comm "/" pid
 	return comm
 }
+function ts(line) { match(line, / [0-9]+\.[0-9]+: /); return substr(line, RSTART + 1, RLENGTH - 3) + 0 }
 /tracing_mark_write: sched-trace begin/ { on = 1; next }
 /tracing_mark_write: sched-trace end/ { on = 0; next }
 on && /sched_switch:/ {
 	match($0, /\[[0-9]+\]/); cpu = substr($0, RSTART + 1, RLENGTH - 2) + 0
-	match($0, / [0-9]+\.[0-9]+: /); t = substr($0, RSTART + 1, RLENGTH - 3) + 0
+	t = ts($0)
 	if (first == "") first = t
 	last = t
 	match($0, /prev_comm=.* prev_pid=/); pc = substr($0, RSTART + 10, RLENGTH - 20)
@@ -88,7 +89,7 @@ on && /sched_switch:/ {
 	else delete ready[pp]
 }
 on && /sched_wakeup:/ {
-	match($0, / [0-9]+\.[0-9]+: /); t = substr($0, RSTART + 1, RLENGTH - 3) + 0
+	t = ts($0)
 	match($0, / pid=[0-9]+/); p = substr($0, RSTART + 5, RLENGTH - 5)
 	if (!(p in ready)) ready[p] = t
 }
