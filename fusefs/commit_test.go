@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
@@ -89,10 +93,17 @@ func resultsAfterWcc(rep *sunrpc.Reply) int {
 	return d.Offset()
 }
 
-// TestCommitAndResend: UNSTABLE writes are COMMITted at close; when the
-// COMMIT's verifier shows the server lost them, they are sent again
-// FILE_SYNC, and the file is right.
-func TestCommitAndResend(t *testing.T) {
+// unstableMount is a mount (wsize 16 KiB) of a go-nfs server behind an
+// unstableServer.
+type unstableMount struct {
+	dir  string
+	srv  *fusefstest.Server
+	us   *unstableServer
+	fsys *FS
+}
+
+func mountUnstable(t *testing.T) *unstableMount {
+	t.Helper()
 	requireFUSE(t)
 	srv := startGoNFS(t, backendDisk)
 	ctx := testCtx(t)
@@ -106,26 +117,35 @@ func TestCommitAndResend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tgt.Close()
+	t.Cleanup(func() { tgt.Close() })
 	o := DefaultOptions()
 	o.Wsize = 16 << 10
 	fsys, err := New(ctx, tgt.Client(), tgt.Root(), &o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fsys.Close()
+	t.Cleanup(func() { fsys.Close() })
 	dir := t.TempDir()
 	server, err := Mount(dir, fsys, MountConfig{DirectMountStrict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if server.Unmount() != nil {
 			syscall.Unmount(dir, syscall.MNT_DETACH)
 			return
 		}
 		server.Wait()
-	}()
+	})
+	return &unstableMount{dir: dir, srv: srv, us: us, fsys: fsys}
+}
+
+// TestCommitAndResend: UNSTABLE writes are COMMITted at close; when the
+// COMMIT's verifier shows the server lost them, they are sent again
+// FILE_SYNC, and the file is right.
+func TestCommitAndResend(t *testing.T) {
+	m := mountUnstable(t)
+	dir, srv, us := m.dir, m.srv, m.us
 
 	data := bytes.Repeat([]byte("unstable data. "), 10000) // 150 kB: ten 16 KiB WRITEs
 	check(t, os.WriteFile(filepath.Join(dir, "kept"), data, 0o644))
@@ -170,5 +190,64 @@ func TestCommitAndResend(t *testing.T) {
 	check(t, f.Close())
 	if got, err := os.ReadFile(filepath.Join(srv.Dir, "small")); err != nil || !bytes.Equal(got, data[:5000]) {
 		t.Fatalf("server copy of small: %d bytes, %v", len(got), err)
+	}
+}
+
+// TestKeptWritesMemory: the memory of writes behind and of UNSTABLE writes
+// kept for their COMMIT is reused once they are durable, rather than each
+// write taking fresh memory; and a kept write's memory is never reused
+// before then (a resend after a server restart sends its own bytes).
+func TestKeptWritesMemory(t *testing.T) {
+	m := mountUnstable(t)
+	wbufs := m.fsys.wbufs
+	const files, size = 12, 256 << 10 // 16 WRITEs of 16 KiB each
+	data := make([]byte, size)
+	for i := range files {
+		for j := range data {
+			data[j] = byte(i*7 + j)
+		}
+		check(t, os.WriteFile(filepath.Join(m.dir, fmt.Sprint("f", i)), data, 0o644))
+	}
+	writes := m.us.unstable.Load() + m.us.fileSync.Load()
+	if made := int64(wbufs.made.Load()); writes < files*size/(16<<10) || made > writes/3 {
+		t.Errorf("%d WRITEs took %d fresh buffers; want at most a third", writes, made)
+	}
+
+	// A write kept UNSTABLE while other files are written and committed.
+	f, err := os.OpenFile(filepath.Join(m.dir, "first"), os.O_CREATE|os.O_RDWR, 0o644)
+	check(t, err)
+	defer f.Close()
+	first := bytes.Repeat([]byte("first file. "), 20000)
+	_, err = f.Write(first)
+	check(t, err)
+	check(t, unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER))
+	made := wbufs.made.Load()
+	for i := range 4 {
+		for j := range data {
+			data[j] = byte(i*13 + j)
+		}
+		check(t, os.WriteFile(filepath.Join(m.dir, fmt.Sprint("g", i)), data, 0o644))
+	}
+	// first holds its buffers (15) until its COMMIT; the rest are reused.
+	if d := wbufs.made.Load() - made; d > 64/3 {
+		t.Errorf("4 more files (64 WRITEs) took %d fresh buffers; want at most a third", d)
+	}
+	// The server "restarts" and loses first's writes: close resends them
+	// from what was kept.
+	check(t, os.WriteFile(filepath.Join(m.srv.Dir, "first"), make([]byte, len(first)), 0o644))
+	m.us.setVerfs(1, 2)
+	resent := m.us.fileSync.Load()
+	check(t, f.Close())
+	if m.us.fileSync.Load() == resent {
+		t.Fatal("no write was resent after the verifier changed")
+	}
+	got, err := os.ReadFile(filepath.Join(m.srv.Dir, "first"))
+	check(t, err)
+	if !bytes.Equal(got, first) {
+		i := 0
+		for i < min(len(got), len(first)) && got[i] == first[i] {
+			i++
+		}
+		t.Fatalf("server copy of first after the resend differs at byte %d of %d", i, len(first))
 	}
 }

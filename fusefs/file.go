@@ -321,7 +321,7 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 	} else {
 		// After the buffered writes before it, never overtaken by them.
 		n.drainWriteBehind()
-		err = n.writeRange(ctx, data, off, how, false)
+		err = n.writeRange(ctx, data, off, how, lent)
 		n.dataGen.Add(1)
 	}
 	if err != nil {
@@ -371,7 +371,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		return err
 	}
 	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize {
-		n.pend = appendPend(n.pend, data, wsize)
+		n.pend = n.fsys.wbufs.appendPend(n.pend, data)
 		n.wrEnd = max(n.wrEnd, end)
 		if len(n.pend) < wsize {
 			n.mu.Unlock()
@@ -388,15 +388,22 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		n.sendPend(bctx, buf, boff)
 	}
 	if len(data) >= wsize {
-		return n.writeBehind(ctx, slices.Clone(data), off, false)
+		// One write behind per WRITE, each in a pooled buffer.
+		for i := 0; i < len(data); i += wsize {
+			piece := data[i:min(len(data), i+wsize)]
+			if err := n.writeBehind(ctx, n.fsys.wbufs.clone(piece), off+int64(i), false); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	n.mu.Lock()
 	if n.pend != nil {
 		// Another write started gathering meanwhile: this one goes alone.
 		n.mu.Unlock()
-		return n.writeBehind(ctx, slices.Clone(data), off, false)
+		return n.writeBehind(ctx, n.fsys.wbufs.clone(data), off, false)
 	}
-	n.pend = appendPend(nil, data, wsize)
+	n.pend = n.fsys.wbufs.appendPend(nil, data)
 	n.pendOff, n.pendCtx = off, ctx
 	// Counted as a WRITE in flight: the size shown covers it.
 	n.wrInflight++
@@ -406,24 +413,6 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 	n.mu.Unlock()
 	time.AfterFunc(pendDelay, func() { n.flushPend(gen) })
 	return nil
-}
-
-// appendPend appends data to the gathered writes pend, growing it by
-// doubling up to wsize: a small file's few writes take a buffer of their
-// size, not wsize (a fresh megabyte for each small file costs its page
-// faults, and its zeroing, where CPU is scarce).
-func appendPend(pend, data []byte, wsize int) []byte {
-	need := len(pend) + len(data)
-	if need > cap(pend) {
-		c := max(2*cap(pend), need, 4096)
-		if need <= wsize {
-			c = min(c, wsize)
-		}
-		grown := make([]byte, len(pend), c)
-		copy(grown, pend)
-		pend = grown
-	}
-	return append(pend, data...)
 }
 
 // takePendLocked takes the gathered writes; n.mu is held. The caller sends
@@ -467,7 +456,7 @@ func (n *node) syncPend(ctx context.Context) (bool, error) {
 	}
 	buf, off, _ := n.takePendLocked()
 	n.mu.Unlock()
-	err := n.writeRange(ctx, buf, off, nfs3.FileSync, true)
+	err := n.writeRange(ctx, buf, off, nfs3.FileSync, ownedWhole)
 	n.endWrite()
 	n.dataGen.Add(1)
 	return true, err
@@ -498,7 +487,7 @@ func (n *node) writeBehind(ctx context.Context, data []byte, off int64, gathered
 	n.beginWrite(off, len(data)) // the kernel's size is past it from now on
 	buf := data
 	go func() {
-		err := n.writeRange(ctx, buf, off, nfs3.Unstable, true)
+		err := n.writeRange(ctx, buf, off, nfs3.Unstable, ownedWhole)
 		n.endWrite()
 		n.dataGen.Add(1)
 		n.mu.Lock()
@@ -554,12 +543,28 @@ func (n *node) endWrite() {
 	n.mu.Unlock()
 }
 
+// ownership says whose writeRange's data is.
+type ownership int
+
+const (
+	lent       ownership = iota // the caller's: what the server takes UNSTABLE is copied to be kept
+	owned                       // given up: kept itself (pieces of it)
+	ownedWhole                  // given up, a pooled buffer (FS.wbufs) or data of no one else: kept itself, or given back to the pool when none of it is kept
+)
+
 // writeRange WRITEs data at off in WRITEs of at most wsize, until the server
-// took all of it, keeping copies of what it took UNSTABLE (data itself when
-// owned: the caller never reuses it).
-func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.StableHow, owned bool) error {
+// took all of it, keeping what it took UNSTABLE for a COMMIT (see ownership).
+func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.StableHow, own ownership) error {
 	n.beginWrite(off, len(data))
 	defer n.endWrite()
+	kept := false
+	if own == ownedWhole {
+		defer func() {
+			if !kept {
+				n.fsys.wbufs.put(data)
+			}
+		}()
+	}
 	wsize := int(n.fsys.wsize)
 	for done := 0; done < len(data); {
 		chunk := data[done:min(len(data), done+wsize)]
@@ -576,12 +581,16 @@ func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.
 			return fmt.Errorf("nfs3: WRITE at %d: %w", off+int64(done), io.ErrShortWrite)
 		}
 		if r.Committed == nfs3.Unstable {
-			n.mu.Lock()
-			kept := chunk[:r.Count]
-			if !owned {
-				kept = slices.Clone(kept)
+			piece, whole := chunk[:r.Count], false
+			switch {
+			case own == lent:
+				piece, whole = n.fsys.wbufs.clone(piece), true
+			case own == ownedWhole && done == 0 && len(piece) == len(data):
+				whole = true // all of data, in one entry: given back after its COMMIT
 			}
-			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: kept, verf: r.Verf})
+			kept = kept || own != lent
+			n.mu.Lock()
+			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole})
 			n.ndirty += int(r.Count)
 			n.mu.Unlock()
 		}
@@ -637,8 +646,11 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 		}
 		lost := pending[:0]
 		for _, d := range pending {
-			if d.verf != r.Verf {
+			switch {
+			case d.verf != r.Verf:
 				lost = append(lost, d)
+			case d.whole:
+				n.fsys.wbufs.put(d.data) // durable: its memory serves another write
 			}
 		}
 		if len(lost) == 0 {
@@ -652,7 +664,11 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 		for i, d := range lost {
 			// Writes the server takes UNSTABLE again are requeued by
 			// writeRange and committed on the next round.
-			if err := n.writeRange(ctx, d.data, d.off, nfs3.FileSync, true); err != nil {
+			own := owned
+			if d.whole {
+				own = ownedWhole
+			}
+			if err := n.writeRange(ctx, d.data, d.off, nfs3.FileSync, own); err != nil {
 				n.requeue(lost[i+1:])
 				return err
 			}

@@ -116,6 +116,8 @@ type FS struct {
 	watches watchList // requests in flight, for interrupts (callCtx)
 	// segBufs: read-ahead segments' memory, reused (readahead.go).
 	segBufs segPool
+	// wbufs: the memory of writes behind and kept writes, reused (wbuf.go).
+	wbufs   *writeBufs
 	lockers lockFiles // the open files each lock owner locked through (lock.go)
 	now     func() time.Time
 }
@@ -169,6 +171,7 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 	if f.maxDirty <= 0 {
 		f.maxDirty = DefaultMaxDirty
 	}
+	f.wbufs = newWriteBufs(int(f.wsize), f.writeBehind, f.maxDirty)
 	f.nameMax = nfs3.MaxNameLen
 	if pc, err := c.Pathconf(ctx, root); err == nil && pc.NameMax > 0 {
 		f.nameMax = pc.NameMax

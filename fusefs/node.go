@@ -177,9 +177,10 @@ func (n *node) dropPlus(names ...string) {
 // dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
 // same verifier proves it durable.
 type dirtyWrite struct {
-	off  int64
-	data []byte
-	verf nfs3.WriteVerf
+	off   int64
+	data  []byte
+	verf  nfs3.WriteVerf
+	whole bool // data is a whole buffer of FS.wbufs that nothing else holds
 }
 
 // sillyName is where an unlinked open file lives until its last close.

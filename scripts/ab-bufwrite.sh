@@ -1,0 +1,67 @@
+#!/bin/bash
+# A/B of two nfsrdma-mount binaries on buffered sequential writes, in one
+# guest boot (see ab-mount.sh for why A and B are mounted together and
+# measured in alternating rounds): dd writes MIB MiB (default 128) in 1 MiB
+# write(2) calls and fsyncs, with vm.dirty_bytes lowered to DIRTY MiB
+# (default 32) so that the kernel's writeback runs during the write, as it
+# does for a file larger than the dirty limit. The kernel's mount runs each
+# round too, for reference.
+#
+#   _build/testbed run -timeout 20m -env A=_build/nfsrdma-mount.old -env B=_build/nfsrdma-mount \
+#       -- bash scripts/ab-bufwrite.sh
+#
+# Prints MiB/s per client and round, each mount server's peak resident
+# memory (VmHWM), then the median of the rounds' B/A and B/kernel ratios.
+set -u
+cd /share || exit 1
+A=${A:?A=path of the first nfsrdma-mount binary}
+B=${B:?B=path of the second nfsrdma-mount binary}
+MIB=${MIB:-128}
+E=${TESTBED_INSECURE_EXPORT:-/export-insecure}
+SERVER=${TESTBED_SERVER:-10.99.0.1}
+modprobe fuse 2>/dev/null
+mkdir -p /mnt/ab-kernel /mnt/ab-A /mnt/ab-B
+out=$(mktemp)
+cleanup() {
+	umount /mnt/ab-kernel 2>/dev/null
+	"./$A" -u /mnt/ab-A 2>/dev/null
+	"./$B" -u /mnt/ab-B 2>/dev/null
+	rm -f "$E/ab-bw-kernel" "$E/ab-bw-A" "$E/ab-bw-B" "$out"
+}
+trap cleanup EXIT
+echo $((${DIRTY:-32} << 20)) > /proc/sys/vm/dirty_bytes
+echo $((${DIRTY:-32} << 19)) > /proc/sys/vm/dirty_background_bytes
+mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
+"./$A" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
+"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+run() { # round side
+	local f=/mnt/ab-$2/ab-bw-$2
+	local t0 t1
+	t0=$(date +%s.%N)
+	dd if=/dev/zero of="$f" bs=1M count="$MIB" conv=fsync status=none || return
+	t1=$(date +%s.%N)
+	rm -f "$f"
+	awk -v r="$1" -v s="$2" -v m="$MIB" -v a="$t0" -v b="$t1" 'BEGIN {printf "r%-3s %-6s MiB/s %8.2f\n", r, s, m / (b - a)}'
+}
+for round in $(seq 1 "${ROUNDS:-6}"); do
+	order="kernel A B"
+	[ $((round % 2)) = 0 ] && order="B A kernel"
+	for side in $order; do run "$round" "$side"; done
+done | tee "$out"
+for side in A B; do
+	pid=$(pgrep -f "nfsrdma-mount.* /mnt/ab-$side\$" | head -1)
+	[ -n "$pid" ] && echo "$side: mount server peak RSS $(awk '/VmHWM/ {print $2 / 1024 " MiB"}' /proc/"$pid"/status)"
+done
+awk '{v[$2, $1] = $4; rounds[$1] = 1}
+END {
+	k = 0
+	for (r in rounds) if (v["A", r] > 0 && v["kernel", r] > 0) { x[++k] = v["B", r] / v["A", r]; kr[k] = v["B", r] / v["kernel", r] }
+	for (i = 1; i <= k; i++) for (m = i + 1; m <= k; m++) {
+		if (x[m] < x[i]) { t = x[i]; x[i] = x[m]; x[m] = t }
+		if (kr[m] < kr[i]) { t = kr[i]; kr[i] = kr[m]; kr[m] = t }
+	}
+	wins = 0; for (i = 1; i <= k; i++) if (x[i] > 1) wins++
+	med = (k % 2) ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2
+	kmed = (k % 2) ? kr[(k + 1) / 2] : (kr[k / 2] + kr[k / 2 + 1]) / 2
+	printf "buffered write %d MiB: B/A %.3f (rounds %.2f-%.2f, B won %d of %d); B/kernel %.2f\n", '"$MIB"', med, x[1], x[k], wins, k, kmed
+}' "$out"
