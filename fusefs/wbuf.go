@@ -22,6 +22,7 @@ import (
 type writeBufs struct {
 	size    int // wsize
 	maxFree int
+	idle    time.Duration // idleTrim (shorter in tests)
 
 	mu      sync.Mutex
 	free    [][]byte
@@ -37,7 +38,7 @@ const (
 )
 
 func newWriteBufs(wsize, writeBehind, maxDirty int) *writeBufs {
-	return &writeBufs{size: wsize, maxFree: (writeBehind+2*maxDirty)/wsize + 1}
+	return &writeBufs{size: wsize, maxFree: (writeBehind+2*maxDirty)/wsize + 1, idle: idleTrim}
 }
 
 // get returns an empty buffer of capacity size (its old contents stay
@@ -93,7 +94,7 @@ func (p *writeBufs) put(b []byte) {
 	}
 	p.free = append(p.free, b[:0])
 	if len(p.free) > keepIdle && p.trimmer == nil {
-		p.trimmer = time.AfterFunc(idleTrim, p.trim)
+		p.trimmer = time.AfterFunc(p.idle, p.trim)
 	}
 }
 
@@ -105,7 +106,7 @@ func (p *writeBufs) trim() {
 	if len(p.free) <= keepIdle {
 		return
 	}
-	if wait := idleTrim - time.Since(p.lastGet); wait > 0 {
+	if wait := p.idle - time.Since(p.lastGet); wait > 0 {
 		p.trimmer = time.AfterFunc(wait, p.trim)
 		return
 	}

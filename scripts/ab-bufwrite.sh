@@ -52,16 +52,4 @@ for side in A B; do
 	pid=$(pgrep -f "nfsrdma-mount.* /mnt/ab-$side\$" | head -1)
 	[ -n "$pid" ] && echo "$side: mount server peak RSS $(awk '/VmHWM/ {print $2 / 1024 " MiB"}' /proc/"$pid"/status)"
 done
-awk '{v[$2, $1] = $4; rounds[$1] = 1}
-END {
-	k = 0
-	for (r in rounds) if (v["A", r] > 0 && v["kernel", r] > 0) { x[++k] = v["B", r] / v["A", r]; kr[k] = v["B", r] / v["kernel", r] }
-	for (i = 1; i <= k; i++) for (m = i + 1; m <= k; m++) {
-		if (x[m] < x[i]) { t = x[i]; x[i] = x[m]; x[m] = t }
-		if (kr[m] < kr[i]) { t = kr[i]; kr[i] = kr[m]; kr[m] = t }
-	}
-	wins = 0; for (i = 1; i <= k; i++) if (x[i] > 1) wins++
-	med = (k % 2) ? x[(k + 1) / 2] : (x[k / 2] + x[k / 2 + 1]) / 2
-	kmed = (k % 2) ? kr[(k + 1) / 2] : (kr[k / 2] + kr[k / 2 + 1]) / 2
-	printf "buffered write %d MiB: B/A %.3f (rounds %.2f-%.2f, B won %d of %d); B/kernel %.2f\n", '"$MIB"', med, x[1], x[k], wins, k, kmed
-}' "$out"
+awk -v n="buffered-write-${MIB}MiB" '{print $1, $2, n, $4}' "$out" | awk -f scripts/ab-summary.awk
