@@ -270,6 +270,7 @@ func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root n
 				MaxIO:   int(maxIO),
 				Timeout: m.opts.Timeo,
 				Logger:  m.log,
+				Inline:  m.opts.Inline,
 			})
 			if err != nil {
 				return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/fusefs"
+	"github.com/nfsrdma/nfsrdma/rpcrdma"
 )
 
 // Ports of the NFS service (RFC 8267 §6 names 20049 for NFS over RDMA).
@@ -34,8 +35,11 @@ type mountOptions struct {
 	Background bool
 	IPv6       bool // proto=tcp6 or rdma6: the server's IPv6 address
 	NConnect   int  // transports to the server, calls spread across them
-	FS         fusefs.Options
-	UID, GID   *uint32 // the AUTH_SYS identity; nil: the caller's
+	// Inline (inline=, bytes) is the RPC-over-RDMA inline size offered to
+	// the server (RFC 8797); 0: the transport's default, 4096.
+	Inline   int
+	FS       fusefs.Options
+	UID, GID *uint32 // the AUTH_SYS identity; nil: the caller's
 	// MountFlags are the VFS flags of the FUSE mount (nosuid, nodev by
 	// default as for every FUSE mount; suid, dev, noexec, noatime...
 	// change them; user and users imply noexec, nosuid, nodev).
@@ -251,6 +255,10 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 			var n int64
 			n, err = num(1, maxNConnect)
 			o.NConnect = int(n)
+		case "inline":
+			var n int64
+			n, err = num(1024, rpcrdma.MaxInlineSize)
+			o.Inline = int(n)
 		case "lookupcache":
 			switch val {
 			case "all", "none":
@@ -376,6 +384,9 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 			o.Port = portRDMA
 		}
 	}
+	if o.Inline != 0 && o.Proto != "rdma" {
+		return nil, &OptionError{Option: fmt.Sprintf("inline=%d", o.Inline), Reason: "only proto=rdma has an inline size"}
+	}
 	if o.Port == 0 && o.Proto == "rdma" {
 		o.Port = portRDMA // rpcbind does not advertise RPC-over-RDMA
 	}
@@ -395,6 +406,9 @@ func (o *mountOptions) describe() []string {
 	s := []string{"vers=3", "proto=" + proto, fmt.Sprintf("port=%d", o.Port)}
 	if o.NConnect > 1 {
 		s = append(s, fmt.Sprintf("nconnect=%d", o.NConnect))
+	}
+	if o.Inline != 0 {
+		s = append(s, fmt.Sprintf("inline=%d", o.Inline))
 	}
 	if o.MountPort != 0 {
 		s = append(s, fmt.Sprintf("mountport=%d", o.MountPort))

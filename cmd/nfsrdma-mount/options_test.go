@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -67,6 +68,7 @@ func TestParseOptions(t *testing.T) {
 		{opts: "bg,retry=1", check: func(o *mountOptions) bool { return o.Background && o.Retry == time.Minute }},
 		{opts: "bg,fg", check: func(o *mountOptions) bool { return !o.Background && o.Retry == 2*time.Minute }},
 		{opts: "nconnect=4", check: func(o *mountOptions) bool { return o.NConnect == 4 }},
+		{opts: "inline=16384", check: func(o *mountOptions) bool { return o.Inline == 16384 && slices.Contains(o.canonical, "inline=16384") }},
 		{opts: "", check: func(o *mountOptions) bool {
 			return o.NConnect == 1 && o.LookupCache == "all" && o.LocalLock == "none" && !o.NoLock && !o.NoCTO && !o.NoResvPort && !o.IPv6
 		}},
@@ -102,6 +104,9 @@ func TestParseOptions(t *testing.T) {
 		{opts: "proto=sctp", err: "want rdma, rdma6, tcp or tcp6"},
 		{opts: "nconnect=17", err: "want a number in [1, 16]"},
 		{opts: "nconnect=0", err: "want a number in [1, 16]"},
+		{opts: "inline=512", err: "want a number in [1024, 262144]"},
+		{opts: "inline=1048576", err: "want a number in [1024, 262144]"},
+		{opts: "proto=tcp,inline=8192", err: "only proto=rdma has an inline size"},
 		{opts: "lookupcache=some", err: "want all, none or pos"},
 		{opts: "local_lock=yes", err: "want none, flock, posix or all"},
 		{opts: "logfile=rel.log", err: "want an absolute path"},

@@ -53,6 +53,10 @@ type xprtSnapshot struct {
 	Proto string           `json:"proto"`
 	RDMA  *xprt.Counters   `json:"rdma,omitempty"`
 	TCP   *sunrpc.TCPStats `json:"tcp,omitempty"`
+	// InlineSend and InlineRecv are an RDMA connection's negotiated
+	// inline sizes (RFC 8797: the smaller of each side's offer).
+	InlineSend int `json:"inline_send,omitempty"`
+	InlineRecv int `json:"inline_recv,omitempty"`
 }
 
 type opSnapshot struct {
@@ -84,7 +88,8 @@ func (m *mountServer) snapshot() *snapshot {
 	s.Bytes = m.fsys.IOBytes()
 	for _, t := range m.rdma {
 		c := t.Counters()
-		s.Transports = append(s.Transports, xprtSnapshot{Proto: "rdma", RDMA: &c})
+		send, recv := t.InlineSizes()
+		s.Transports = append(s.Transports, xprtSnapshot{Proto: "rdma", RDMA: &c, InlineSend: send, InlineRecv: recv})
 	}
 	for _, t := range m.tcp {
 		st := t.Stats()
@@ -160,7 +165,7 @@ func writeMountstats(w io.Writer, s *snapshot) {
 	for _, t := range s.Transports {
 		switch {
 		case t.RDMA != nil:
-			fmt.Fprintf(w, "\tnfsrdma-xprt:\trdma %s:%d %s\n", s.Server, s.Port, t.RDMA.String())
+			fmt.Fprintf(w, "\tnfsrdma-xprt:\trdma %s:%d inline_send %d inline_recv %d %s\n", s.Server, s.Port, t.InlineSend, t.InlineRecv, t.RDMA.String())
 		case t.TCP != nil:
 			fmt.Fprintf(w, "\tnfsrdma-xprt:\ttcp %s:%d connects %d connection_losses %d retransmits %d unmatched_replies %d malformed_records %d\n",
 				s.Server, s.Port, t.TCP.Connects, t.TCP.ConnectionLosses, t.TCP.Retransmits, t.TCP.UnmatchedReplies, t.TCP.MalformedRecords)
