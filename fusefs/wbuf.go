@@ -72,12 +72,10 @@ func (p *writeBufs) take(get bool) []byte {
 	return b[:0]
 }
 
-// clone returns a copy of data (at most size bytes) in a pooled buffer.
+// clone returns a copy of data in a pooled buffer (callers pass at most
+// size bytes; more would grow it past the pool's size, and put would drop
+// it).
 func (p *writeBufs) clone(data []byte) []byte {
-	if len(data) > p.size {
-		p.made.Add(1)
-		return append([]byte(nil), data...)
-	}
 	return append(p.get(), data...)
 }
 

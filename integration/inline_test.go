@@ -118,21 +118,18 @@ func TestMountInline(t *testing.T) {
 	// the mount (new names: nothing cached).
 	for _, size := range []int{4000, 4096, 4097, 12000, 16200, 16384, 16385, 20000} {
 		data := want[:size]
-		n := fmt.Sprintf("%s-w%d", name, size)
-		t.Cleanup(func() { os.Remove(filepath.Join(exportDir, n)) })
-		if err := os.WriteFile(filepath.Join(dir, n), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := os.ReadFile(filepath.Join(exportDir, n)); err != nil || !bytes.Equal(got, data) {
-			t.Errorf("%d bytes written through the mount: the server has %d, %v", size, len(got), err)
-		}
-		r := fmt.Sprintf("%s-r%d", name, size)
-		t.Cleanup(func() { os.Remove(filepath.Join(exportDir, r)) })
-		if err := os.WriteFile(filepath.Join(exportDir, r), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := os.ReadFile(filepath.Join(dir, r)); err != nil || !bytes.Equal(got, data) {
-			t.Errorf("%d bytes read through the mount: got %d, %v", size, len(got), err)
+		for _, way := range []struct{ tag, from, to, what string }{
+			{"w", dir, exportDir, "written through the mount, at the server"},
+			{"r", exportDir, dir, "written at the server, read through the mount"},
+		} {
+			n := fmt.Sprintf("%s-%s%d", name, way.tag, size)
+			t.Cleanup(func() { os.Remove(filepath.Join(exportDir, n)) })
+			if err := os.WriteFile(filepath.Join(way.from, n), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(way.to, n)); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%d bytes %s: got %d, %v", size, way.what, len(got), err)
+			}
 		}
 	}
 }
