@@ -12,28 +12,12 @@
 #
 # Prints MiB/s per client and round, each mount server's peak resident
 # memory (VmHWM), then the median of the rounds' B/A and B/kernel ratios.
-set -u
-cd /share || exit 1
-A=${A:?A=path of the first nfsrdma-mount binary}
-B=${B:?B=path of the second nfsrdma-mount binary}
 MIB=${MIB:-128}
-E=${TESTBED_INSECURE_EXPORT:-/export-insecure}
-SERVER=${TESTBED_SERVER:-10.99.0.1}
-modprobe fuse 2>/dev/null
-mkdir -p /mnt/ab-kernel /mnt/ab-A /mnt/ab-B
-out=$(mktemp)
-cleanup() {
-	umount /mnt/ab-kernel 2>/dev/null
-	"./$A" -u /mnt/ab-A 2>/dev/null
-	"./$B" -u /mnt/ab-B 2>/dev/null
-	rm -f "$E/ab-bw-kernel" "$E/ab-bw-A" "$E/ab-bw-B" "$out"
-}
-trap cleanup EXIT
+AB_FILES="ab-bw-kernel ab-bw-A ab-bw-B"
+. /share/scripts/ab-mounts.sh
 echo $((${DIRTY:-32} << 20)) > /proc/sys/vm/dirty_bytes
 echo $((${DIRTY:-32} << 19)) > /proc/sys/vm/dirty_background_bytes
-mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
-"./$A" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
-"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+ab_mount
 run() { # round side
 	local f=/mnt/ab-$2/ab-bw-$2
 	local t0 t1

@@ -19,27 +19,11 @@
 # trusting a ratio: two copies of one binary measured 0.83 and 0.89 (rounds
 # 0.75-1.11) in 4 rounds on the bed, so run 8 or more and count a change
 # only when B wins nearly every round.
-set -u
-cd /share || exit 1
-A=${A:?A=path of the first nfsrdma-mount binary}
-B=${B:?B=path of the second nfsrdma-mount binary}
 [ $# -gt 0 ] || { echo "usage: ab-mount.sh NAME:FIO-ARGS..." >&2; exit 2; }
-E=${TESTBED_INSECURE_EXPORT:-/export-insecure}
-SERVER=${TESTBED_SERVER:-10.99.0.1}
-modprobe fuse 2>/dev/null
-mkdir -p /mnt/ab-kernel /mnt/ab-A /mnt/ab-B
+AB_FILES=ab-f64
+. /share/scripts/ab-mounts.sh
 head -c 64M /dev/urandom > "$E/ab-f64" && chmod 644 "$E/ab-f64" && sync
-out=$(mktemp)
-cleanup() {
-	umount /mnt/ab-kernel 2>/dev/null
-	"./$A" -u /mnt/ab-A 2>/dev/null
-	"./$B" -u /mnt/ab-B 2>/dev/null
-	rm -f "$E/ab-f64" "$out"
-}
-trap cleanup EXIT
-mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
-"./$A" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
-"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+ab_mount
 job() { # dir round side name fio-args
 	fio --name=ab --filename="$1/ab-f64" --direct=1 --runtime="${RT:-3}" --time_based \
 		--output-format=terse --terse-version=3 $5 |

@@ -1,0 +1,28 @@
+# Sourced by the A/B scripts (ab-mount.sh, ab-bufwrite.sh), in the guest:
+# checks A and B, mounts the kernel's NFS/RDMA client at /mnt/ab-kernel and
+# the two nfsrdma-mount binaries at /mnt/ab-A and /mnt/ab-B, all on the
+# same export, and unmounts them and removes AB_FILES (paths under the
+# export) and $out at exit. Sets E (the export), SERVER and out (a
+# scratch file for the rounds' lines).
+set -u
+cd /share || exit 1
+A=${A:?A=path of the first nfsrdma-mount binary}
+B=${B:?B=path of the second nfsrdma-mount binary}
+E=${TESTBED_INSECURE_EXPORT:-/export-insecure}
+SERVER=${TESTBED_SERVER:-10.99.0.1}
+modprobe fuse 2>/dev/null
+mkdir -p /mnt/ab-kernel /mnt/ab-A /mnt/ab-B
+out=$(mktemp)
+ab_cleanup() {
+	umount /mnt/ab-kernel 2>/dev/null
+	"./$A" -u /mnt/ab-A 2>/dev/null
+	"./$B" -u /mnt/ab-B 2>/dev/null
+	for f in ${AB_FILES:-}; do rm -f "$E/$f"; done
+	rm -f "$out"
+}
+trap ab_cleanup EXIT
+ab_mount() {
+	mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
+	"./$A" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
+	"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+}
