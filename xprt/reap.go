@@ -200,10 +200,18 @@ func (cl *call) reapOwn(ctx context.Context, c *conn) {
 		c.mu.Unlock()
 		c.pollers.Done()
 	}()
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, func() { c.interruptReaper(cl) })
-		defer stop()
-	}
+	// The hook that wakes the wait below when ctx ends is installed before
+	// the first wait, not up front: a caller whose reply is already there
+	// when it first reaps (at queue depth 1 on the bed, nearly every one:
+	// the reply arrives while the call is posted and the next registration
+	// made) never waits, and the hook (three allocations and a child of
+	// ctx's parent) would be wasted.
+	var stop func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	reaped := false
 	for {
 		t.mu.Lock()
@@ -235,6 +243,12 @@ func (cl *call) reapOwn(ctx context.Context, c *conn) {
 		}
 		rctx := c.reapCtx
 		c.mu.Unlock()
+		if stop == nil && ctx.Done() != nil {
+			// Installed after rctx was read: an end of ctx from here on
+			// cancels rctx (interruptReaper), and one before it is seen
+			// just below, or runs the hook at once.
+			stop = context.AfterFunc(ctx, func() { c.interruptReaper(cl) })
+		}
 		if ctx.Err() != nil {
 			return // the caller gave up: await abandons the call
 		}
