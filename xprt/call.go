@@ -34,7 +34,6 @@ type call struct {
 	giveUp   error        // the caller gave up with this error: settle, never retry
 	budget   budgetWaiter // buffers and windows held or awaited (budget.go)
 	attempts int
-	timer    *time.Timer
 	result   *sunrpc.Reply
 	err      error
 
@@ -54,6 +53,12 @@ type call struct {
 	readLent  bool           // readBufs[0] is the caller's borrowed buffer
 	replyLent bool           // replyBuf is the caller's borrowed buffer
 	regs      []*frwr.Registration
+
+	// The reply timeout (timeouts.go), guarded by Transport.mu: on the
+	// transport's queue from the post until the call is done.
+	deadline       time.Time
+	tqPrev, tqNext *call
+	inTQ           bool
 
 	// The reply, copied out of its receive buffer by the reply handler.
 	hdr     rpcrdma.Header
@@ -79,9 +84,7 @@ func (cl *call) to(s callState) bool {
 	}
 	cl.state = s
 	if s == stDone {
-		if cl.timer != nil {
-			cl.timer.Stop()
-		}
+		t.timeouts.removeLocked(cl)
 		close(cl.doneCh)
 	} else if s == stQueued {
 		cl.wake()

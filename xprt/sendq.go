@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"time"
 
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/verbs"
@@ -73,11 +72,7 @@ func (cl *call) post(c *conn) error {
 		unlockBoth()
 		return errors.New("xprt: internal error: call not posted")
 	}
-	if cl.timer == nil {
-		cl.timer = time.AfterFunc(t.cfg.Timeout, func() { t.callTimeout(cl) })
-	} else {
-		cl.timer.Reset(t.cfg.Timeout)
-	}
+	t.startReplyTimeoutLocked(cl)
 	t.mu.Unlock()
 	defer c.mu.Unlock()
 	if cl.plan.PullUp {

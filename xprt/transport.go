@@ -86,6 +86,7 @@ type Transport struct {
 	bgN       int        // background teardowns/reconnects running
 	bgIdle    *sync.Cond // signalled when bgN drops to 0
 	closeCh   chan struct{}
+	timeouts  replyTimeouts // the posted calls' reply timeouts (timeouts.go)
 }
 
 // errDeviceGone marks a connection lost with its device.
@@ -293,6 +294,7 @@ func (t *Transport) Close() error {
 	}
 	t.closed = true
 	close(t.closeCh)
+	t.stopReplyTimeoutsLocked()
 	c := t.cn
 	select {
 	case <-t.connUp:
