@@ -324,9 +324,13 @@ func (c *Client) Read(ctx context.Context, fh FileHandle, off uint64, p []byte) 
 		}
 		rr.Count = len(data)
 	}))
-	var ro *ReadOverflowError
-	if errors.As(err, &ro) {
-		return ReadResult{}, ro
+	if err != nil {
+		// Declared here, not above: errors.As makes it escape, and a
+		// successful READ (nearly all) would pay its allocation.
+		var ro *ReadOverflowError
+		if errors.As(err, &ro) {
+			return ReadResult{}, ro
+		}
 	}
 	return rr, err
 }
