@@ -58,7 +58,6 @@ type call struct {
 	// transport's queue from the post until the call is done.
 	deadline       time.Time
 	tqPrev, tqNext *call
-	inTQ           bool
 
 	// The reply, copied out of its receive buffer by the reply handler.
 	hdr     rpcrdma.Header

@@ -16,12 +16,13 @@ type replyTimeouts struct {
 	armed      bool        // timer is set, for the head's deadline or earlier
 }
 
-// startLocked (re)starts cl's reply timeout: posted now (Transport.mu held).
+// startReplyTimeoutLocked (re)starts cl's reply timeout: posted now
+// (Transport.mu held).
 func (t *Transport) startReplyTimeoutLocked(cl *call) {
 	q := &t.timeouts
 	q.removeLocked(cl)
 	cl.deadline = time.Now().Add(t.cfg.Timeout)
-	cl.tqPrev, cl.tqNext, cl.inTQ = q.tail, nil, true
+	cl.tqPrev, cl.tqNext = q.tail, nil
 	if q.tail != nil {
 		q.tail.tqNext = cl
 	} else {
@@ -41,8 +42,8 @@ func (t *Transport) startReplyTimeoutLocked(cl *call) {
 // removeLocked takes cl off the queue, if it is on it (Transport.mu held).
 // The timer stays set: it finds nothing due and sets itself for the next.
 func (q *replyTimeouts) removeLocked(cl *call) {
-	if !cl.inTQ {
-		return
+	if q.head != cl && cl.tqPrev == nil {
+		return // not on it: only the head has no predecessor
 	}
 	if cl.tqPrev != nil {
 		cl.tqPrev.tqNext = cl.tqNext
@@ -54,7 +55,7 @@ func (q *replyTimeouts) removeLocked(cl *call) {
 	} else {
 		q.tail = cl.tqPrev
 	}
-	cl.tqPrev, cl.tqNext, cl.inTQ = nil, nil, false
+	cl.tqPrev, cl.tqNext = nil, nil
 }
 
 // replyTimeoutsDue is the timer: every call past its deadline times out
@@ -80,7 +81,8 @@ func (t *Transport) replyTimeoutsDue() {
 	}
 }
 
-// stopReplyTimeouts stops the timer for good (Close, Transport.mu held).
+// stopReplyTimeoutsLocked stops the timer for good (Close, Transport.mu
+// held).
 func (t *Transport) stopReplyTimeoutsLocked() {
 	if t.timeouts.timer != nil {
 		t.timeouts.timer.Stop()
