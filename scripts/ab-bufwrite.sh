@@ -33,7 +33,8 @@ for round in $(seq 1 "${ROUNDS:-6}"); do
 	for side in $order; do run "$round" "$side"; done
 done | tee "$out"
 for side in A B; do
-	pid=$(pgrep -f "nfsrdma-mount.* /mnt/ab-$side\$" | head -1)
+	pid=$pidA
+	[ $side = B ] && pid=$pidB
 	[ -n "$pid" ] && echo "$side: mount server peak RSS $(awk '/VmHWM/ {print $2 / 1024 " MiB"}' /proc/"$pid"/status)"
 done
 awk -v n="buffered-write-${MIB}MiB" '{print $1, $2, n, $4}' "$out" | awk -f scripts/ab-summary.awk

@@ -27,8 +27,6 @@ AB_FILES=ab-f64
 . /share/scripts/ab-mounts.sh
 head -c 64M /dev/urandom > "$E/ab-f64" && chmod 644 "$E/ab-f64" && sync
 ab_mount
-pidA=$(pgrep -f "nfsrdma-mount.* /mnt/ab-A\$" | head -1)
-pidB=$(pgrep -f "nfsrdma-mount.* /mnt/ab-B\$" | head -1)
 [ -n "$pidA" ] && [ -n "$pidB" ] || echo "ab-mount.sh: mount server not found (A pid '$pidA', B pid '$pidB'): no CPU per I/O" >&2
 cpu() { # a mount server's run time so far, ns (every thread: schedstat); 0 for the kernel
 	case $1 in
@@ -60,4 +58,3 @@ done | tee "$out"
 awk '{print $1, $2, $3, $9 + $12}' "$out" | awk -f scripts/ab-summary.awk
 echo "the mount servers' CPU per I/O (B/A above 1: B spends less):"
 awk '$2 != "kernel" && $16 > 0 {print $1, $2, $3, 1 / $16}' "$out" | awk -f scripts/ab-summary.awk | sed 's/; B\/kernel.*//'
-

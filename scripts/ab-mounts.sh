@@ -3,7 +3,8 @@
 # the two nfsrdma-mount binaries at /mnt/ab-A and /mnt/ab-B, all on the
 # same export, and unmounts them and removes AB_FILES (paths under the
 # export) and $out at exit. Sets E (the export), SERVER and out (a
-# scratch file for the rounds' lines).
+# scratch file for the rounds' lines); ab_mount sets pidA and pidB, the
+# two mount servers' process IDs.
 set -u
 cd /share || exit 1
 A=${A:?A=path of the first nfsrdma-mount binary}
@@ -25,4 +26,6 @@ ab_mount() {
 	mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
 	"./$A" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
 	"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+	pidA=$(pgrep -f "nfsrdma-mount.* /mnt/ab-A\$" | head -1)
+	pidB=$(pgrep -f "nfsrdma-mount.* /mnt/ab-B\$" | head -1)
 }
