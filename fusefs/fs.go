@@ -198,6 +198,7 @@ func (f *FS) Client() *nfs3.Client { return f.c }
 // Close cancels the NFS calls in progress. It does not close the client.
 func (f *FS) Close() error {
 	f.cancel()
+	f.watches.cancelAll() // the FUSE requests' calls (callCtx)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -38,47 +39,44 @@ const fatalPoll = 100 * time.Millisecond
 // callCtx returns the context for the NFS calls of the FUSE request whose
 // context is fctx, and the function to call when the request is done.
 func (f *FS) callCtx(fctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(f.ctx)
 	caller, ok := fuse.FromContext(fctx)
-	if !ok {
+	if !ok || fctx.Done() == nil {
+		// Not a request the kernel can interrupt: the mount's lifetime.
+		ctx, cancel := context.WithCancel(f.ctx)
+		if ok && f.opts.CallerIdentity && caller.Pid != 0 {
+			if cctx, ok := f.creds.credential(caller); ok {
+				cred, _ := sunrpc.CredentialFrom(cctx)
+				ctx = sunrpc.WithCredential(ctx, cred)
+			}
+		}
 		return ctx, cancel
 	}
 	// A request the kernel makes on its own (pid 0) has no caller: the
-	// client's own credential, or the opener's (openFile.callCtx).
+	// client's own credential, or the opener's (openFile.callCtx). The
+	// caller's credential comes as a context of its own, cached with it,
+	// that the request's context is made under: no context per request
+	// for it.
+	parent := context.Background()
 	if f.opts.CallerIdentity && caller.Pid != 0 {
-		if cred, ok := f.creds.credential(caller); ok {
-			ctx = sunrpc.WithCredential(ctx, cred)
-		}
-	}
-	if fctx.Done() == nil {
-		return ctx, cancel
-	}
-	pid := caller.Pid
-	watch := func() {
-		// Interrupted: cancel now if the signal is fatal, else watch.
-		for {
-			if fatalSignalPending(pid) {
-				f.log.Debug("caller killed: cancelling its NFS call", "pid", pid)
-				cancel()
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(fatalPoll):
-			}
+		if cctx, ok := f.creds.credential(caller); ok {
+			parent = cctx
 		}
 	}
 	// The request is watched for an interrupt only once it has lasted
 	// watchAfter: most end sooner, and watching the FUSE request's
 	// channel takes a goroutine of its own. One sweeper per mount looks
-	// at the requests in flight (no timer or goroutine per request).
-	w := &reqWatch{fctx: fctx, watch: watch}
+	// at the requests in flight (no timer or goroutine per request), and
+	// FS.Close cancels them through the same list, so that the request's
+	// context need not be a child of the mount's (a child costs the
+	// parent's lock and an entry in its map, made and deleted per
+	// request).
+	ctx, cancel := context.WithCancel(parent)
+	w := &reqWatch{fctx: fctx, ctx: ctx, cancel: cancel, pid: caller.Pid, log: f.log, l: &f.watches}
 	f.watches.add(w)
-	return ctx, func() {
-		f.watches.remove(w)
+	if f.ctx.Err() != nil { // closed before the add (Close cancels after it)
 		cancel()
 	}
+	return ctx, w.done
 }
 
 // watchAfter is how often the requests in flight are looked at for an
@@ -88,10 +86,37 @@ const watchAfter = 20 * time.Millisecond
 
 // reqWatch is one request in flight, for the sweeper.
 type reqWatch struct {
-	fctx  context.Context
-	watch func()
-	idx   int         // in watchList.reqs; -1 once removed
-	stop  func() bool // the watch started on an interrupt
+	fctx   context.Context // the FUSE request's: done when interrupted
+	ctx    context.Context // its NFS calls'
+	cancel context.CancelFunc
+	pid    uint32
+	log    *slog.Logger
+	l      *watchList
+	idx    int         // in watchList.reqs; -1 once removed
+	stop   func() bool // the watch started on an interrupt
+}
+
+// done ends the request: it leaves the list and its calls' context ends.
+func (w *reqWatch) done() {
+	w.l.remove(w)
+	w.cancel()
+}
+
+// watch runs once the request is interrupted: it cancels the request's
+// calls now if the signal is fatal, else watches the caller until one is.
+func (w *reqWatch) watch() {
+	for {
+		if fatalSignalPending(w.pid) {
+			w.log.Debug("caller killed: cancelling its NFS call", "pid", w.pid)
+			w.cancel()
+			return
+		}
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(fatalPoll):
+		}
+	}
 }
 
 // watchList is the mount's requests in flight and their sweeper: a timer
@@ -128,6 +153,15 @@ func (l *watchList) remove(w *reqWatch) {
 	l.mu.Unlock()
 	if stop != nil {
 		stop()
+	}
+}
+
+// cancelAll cancels the NFS calls of every request in flight (FS.Close).
+func (l *watchList) cancelAll() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range l.reqs {
+		w.cancel()
 	}
 }
 
@@ -221,8 +255,8 @@ type credCache struct {
 type credKey struct{ pid, uid, gid uint32 }
 
 type credEntry struct {
-	cred sunrpc.OpaqueAuth
-	at   time.Time
+	ctx context.Context // holds the credential (sunrpc.WithCredential)
+	at  time.Time
 }
 
 func newCredCache() *credCache {
@@ -233,21 +267,24 @@ func newCredCache() *credCache {
 	return &credCache{host: host, stamp: uint32(time.Now().Unix()), procDir: "/proc", now: time.Now, m: make(map[credKey]credEntry)}
 }
 
-// credential returns the AUTH_SYS credential of caller.
-func (c *credCache) credential(caller *fuse.Caller) (sunrpc.OpaqueAuth, bool) {
+// credential returns a context that carries the AUTH_SYS credential of
+// caller (sunrpc.CredentialFrom) and nothing else, never cancelled: the
+// parent of its requests' contexts.
+func (c *credCache) credential(caller *fuse.Caller) (context.Context, bool) {
 	k := credKey{caller.Pid, caller.Uid, caller.Gid}
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.m[k]
 	c.mu.Unlock()
 	if ok && now.Sub(e.at) < credTTL {
-		return e.cred, true
+		return e.ctx, true
 	}
 	a := sunrpc.AuthSys{Stamp: c.stamp, MachineName: c.host, UID: caller.Uid, GID: caller.Gid, GIDs: c.groups(caller.Pid)}
 	cred, err := a.Credential()
 	if err != nil {
-		return sunrpc.OpaqueAuth{}, false
+		return nil, false
 	}
+	ctx := sunrpc.WithCredential(context.Background(), cred)
 	c.mu.Lock()
 	if len(c.m) >= maxCreds {
 		for k, e := range c.m {
@@ -259,9 +296,9 @@ func (c *credCache) credential(caller *fuse.Caller) (sunrpc.OpaqueAuth, bool) {
 			clear(c.m)
 		}
 	}
-	c.m[k] = credEntry{cred: cred, at: now}
+	c.m[k] = credEntry{ctx: ctx, at: now}
 	c.mu.Unlock()
-	return cred, true
+	return ctx, true
 }
 
 // groups returns the supplementary groups of thread pid from the "Groups:"

@@ -61,6 +61,7 @@ type readAhead struct {
 	eofGen uint64             // dataGen when eof was seen
 	segs   map[int64]*segment // by index (offset / segSize)
 	gave   map[int64][]uint64 // pages given out, by segment index (see given)
+	spare  []uint64           // a bitmap of gave's, zeroed, for the next (forgetGiven)
 
 	direct    bool // the handle was opened O_DIRECT
 	inflight  int  // direct: reads being served
@@ -207,6 +208,19 @@ func (ra *readAhead) given(off int64, n int) bool {
 	return true
 }
 
+// forgetGiven empties gave, keeping one of its bitmaps for the next
+// markGiven: a random reader forgets and marks at every read (ra.mu is
+// held).
+func (ra *readAhead) forgetGiven() {
+	for _, b := range ra.gave {
+		if ra.spare == nil {
+			clear(b)
+			ra.spare = b
+		}
+	}
+	clear(ra.gave)
+}
+
 // markGiven records that [off, off+n) was given out; ra.mu is held.
 func (ra *readAhead) markGiven(off int64, n int) {
 	size := int64(ra.segSize)
@@ -214,7 +228,9 @@ func (ra *readAhead) markGiven(off int64, n int) {
 		i, k := p/size, (p%size)/raPage
 		b := ra.gave[i]
 		if b == nil {
-			b = make([]uint64, (size/raPage+63)/64)
+			if b, ra.spare = ra.spare, nil; b == nil {
+				b = make([]uint64, (size/raPage+63)/64)
+			}
 			ra.gave[i] = b
 		}
 		b[k/64] |= 1 << (k % 64)
@@ -288,7 +304,7 @@ func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *
 			// the window, once.
 			ra.pipelined = true
 			ra.dropAllLocked()
-			clear(ra.gave)
+			ra.forgetGiven()
 			ra.depth = 0
 			ra.mu.Unlock()
 			return n.readAt(ctx, dest, off)
@@ -306,7 +322,7 @@ func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *
 		// Random access (or the first read): forget the window and read
 		// just what was asked, directly.
 		ra.dropAllLocked()
-		clear(ra.gave)
+		ra.forgetGiven()
 		ra.depth = 0
 		ra.next = off + int64(len(dest))
 		ra.begun = true

@@ -89,6 +89,7 @@ type silentServer struct {
 	armed     atomic.Bool
 	waiting   chan struct{} // one send per call held
 	cancelled atomic.Int64
+	release   chan struct{} // closed: calls held let go (a failed test's cleanup); nil: never
 }
 
 func (s *silentServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
@@ -97,7 +98,11 @@ func (s *silentServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sun
 		case s.waiting <- struct{}{}:
 		default:
 		}
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-s.release:
+			return nil, errors.New("silentServer: released")
+		}
 		s.cancelled.Add(1)
 		return nil, ctx.Err()
 	}
@@ -141,6 +146,58 @@ func TestKillBlockedCaller(t *testing.T) {
 	}
 	// The mount goes on.
 	check(t, os.WriteFile(m.path("after"), []byte("x"), 0o644))
+}
+
+// TestCloseEndsRequestCalls: FS.Close ends the NFS calls FUSE requests are
+// waiting on (their contexts are not the mount's children: Close reaches
+// them through the requests in flight), and a request that comes after
+// Close fails at once instead of waiting on the server.
+func TestCloseEndsRequestCalls(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	ss := &silentServer{proc: nfs3.ProcLookup, waiting: make(chan struct{}, 1), release: make(chan struct{})}
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		ss.Transport = tr
+		return ss
+	})
+	ss.armed.Store(true)
+	defer func() {
+		ss.armed.Store(false)
+		close(ss.release) // a call Close failed to end must not hold the unmount
+	}()
+	// syscall.Stat, not os.Stat: a call ended by Close fails the request
+	// with EINTR, which os.Stat would retry.
+	var st syscall.Stat_t
+	statted := make(chan error, 1)
+	go func() { statted <- syscall.Stat(m.path("stuck"), &st) }()
+	select {
+	case <-ss.waiting:
+	case err := <-statted:
+		t.Fatalf("stat ended before its LOOKUP was held: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no LOOKUP reached the server")
+	}
+	check(t, m.fsys.Close())
+	select {
+	case err := <-statted:
+		if err == nil {
+			t.Fatal("stat of a name whose LOOKUP was cancelled succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("FS.Close did not end the LOOKUP a FUSE request waited on")
+	}
+	if ss.cancelled.Load() != 1 {
+		t.Errorf("%d held LOOKUPs cancelled, want 1", ss.cancelled.Load())
+	}
+	// After Close: the request's context is cancelled from the start.
+	go func() { statted <- syscall.Stat(m.path("later"), &st) }()
+	select {
+	case err := <-statted:
+		if err == nil {
+			t.Fatal("stat after Close succeeded")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request after FS.Close waited on the server")
+	}
 }
 
 // TestCallerIdentity: each caller's calls carry its own uid, gid and

@@ -86,6 +86,16 @@ func checkFH(fh FileHandle) error {
 
 func appendFH(b []byte, fh FileHandle) []byte { return sunrpc.AppendOpaque(b, fh) }
 
+// argsCap is the room newArgs makes: a file handle of the largest size
+// (RFC 1813's NFS3_FHSIZE, 64 bytes, and its length word) and the fixed
+// arguments of any procedure after it, or a name of a few dozen bytes.
+const argsCap = 160
+
+// newArgs returns an empty buffer for a call's arguments, with room for
+// the usual ones: built by appending, they cost one allocation, not one
+// per time the buffer grows.
+func newArgs() []byte { return make([]byte, 0, argsCap) }
+
 // decodeFH reads an nfs_fh3 and copies it out of the message.
 func decodeFH(d *sunrpc.Decoder) FileHandle {
 	n := d.Uint32()

@@ -139,10 +139,17 @@ func (c *Client) Call(ctx context.Context, proc uint32, args *Args) (*Result, er
 	if cred, ok := CredentialFrom(ctx); ok && len(cred.Body) <= MaxAuthBody {
 		h.Cred = cred
 	}
-	head := make([]byte, 0, 40+len(h.Cred.Body)+len(h.Verf.Body)+len(args.Head))
+	// The request and its head in one allocation when the head is small
+	// (the usual call: a credential and a file handle or two).
+	ra := new(requestAlloc)
+	head := ra.head[:0]
+	if n := 40 + len(h.Cred.Body) + len(h.Verf.Body) + len(args.Head); n > len(ra.head) {
+		head = make([]byte, 0, n)
+	}
 	head = AppendCall(head, &h)
 	head = append(head, args.Head...)
-	req := &Request{
+	req := &ra.req
+	*req = Request{
 		XID:       xid,
 		Head:      head,
 		Bulk:      args.Bulk,
@@ -157,7 +164,9 @@ func (c *Client) Call(ctx context.Context, proc uint32, args *Args) (*Result, er
 	if err != nil {
 		return nil, fail(err)
 	}
-	d := NewBulkDecoder(rep.Inline, rep.Bulk)
+	res := new(resultAlloc)
+	res.dec = Decoder{buf: rep.Inline, bulk: rep.Bulk}
+	d := &res.dec
 	rh, err := DecodeReply(d)
 	if err == nil && rh.XID != xid {
 		err = &HeaderError{Reason: fmt.Sprintf("reply xid %#08x for call %#08x", rh.XID, xid)}
@@ -169,7 +178,22 @@ func (c *Client) Call(ctx context.Context, proc uint32, args *Args) (*Result, er
 		rep.Release()
 		return nil, fail(err)
 	}
-	return &Result{Decoder: d, Header: rh, reply: rep}, nil
+	res.Result = Result{Decoder: d, Header: rh, reply: rep}
+	return &res.Result, nil
+}
+
+// requestAlloc is a call's Request with room for its head: Call makes
+// both in one allocation.
+type requestAlloc struct {
+	req  Request
+	head [256]byte
+}
+
+// resultAlloc is a Result with its Decoder: Call makes both in one
+// allocation.
+type resultAlloc struct {
+	Result
+	dec Decoder
 }
 
 // roundTrip applies the retry policy: retransmit with the same XID after

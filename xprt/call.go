@@ -54,6 +54,18 @@ type call struct {
 	replyLent bool           // replyBuf is the caller's borrowed buffer
 	regs      []*frwr.Registration
 
+	// Backing arrays for the usual call (a registration or two, a reply
+	// with one Write chunk of a few segments), so that neither an
+	// attempt's registrations nor the reply handler's copy of the Write
+	// list nor rebuild's lengths allocate: regs, hdr.Writes and the
+	// chunks.Received rebuild passes on start in them.
+	regsArr   [2]*frwr.Registration
+	hdrWrites [1]rpcrdma.WriteChunk
+	hdrSegs   [4]rpcrdma.Segment
+	writeList [1][]uint32
+	writeLens [4]uint32
+	inlineArr [256]byte // inline starts here: a READ's or GETATTR's reply fits
+
 	// The reply timeout (timeouts.go), guarded by Transport.mu: on the
 	// transport's queue from the post until the call is done.
 	deadline       time.Time
@@ -143,6 +155,7 @@ func (t *Transport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 		return nil, err // never send a call whose caller has already gone
 	}
 	cl := &call{t: t, req: req, wakeCh: make(chan struct{}, 1), doneCh: make(chan struct{})}
+	cl.regs = cl.regsArr[:0]
 	cl.creq = chunks.Request{Head: req.Head, Bulk: req.Bulk, Tail: req.Tail, ReplyBulk: len(req.ReplyBulk), MaxReply: max(req.MaxReply, 32)}
 	if err := t.enter(ctx, cl); err != nil {
 		return nil, err

@@ -20,7 +20,8 @@ func marshal(buf []byte, xid, credits uint32, p *chunks.Plan, req *chunks.Reques
 		return nil, fmt.Errorf("xprt: marshal: %d segments registered for a plan of %d", len(segs), nr+nw)
 	}
 	var h rpcrdma.Header
-	h.XID, h.Credits, h.Proc = xid, credits, rpcrdma.Proc(p.Type)
+	var writes [1]rpcrdma.WriteChunk // on the stack: a call offers one Write chunk at most
+	h.XID, h.Credits, h.Proc, h.Writes = xid, credits, rpcrdma.Proc(p.Type), writes[:0]
 	pos := uint32(p.Position)
 	for _, s := range segs[:nr] {
 		h.Reads = append(h.Reads, rpcrdma.ReadSegment{Position: pos, Segment: s})

@@ -109,11 +109,18 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	c.mu.Unlock()
 	// Copy what the call needs out of the receive buffer: after this the
 	// buffer is reposted.
+	if cl.inline == nil {
+		cl.inline = cl.inlineArr[:0] // a small reply's own room
+	}
 	cl.inline = append(cl.inline[:0], data[hn:]...)
 	cl.hdr.XID, cl.hdr.Credits, cl.hdr.Proc = hdr.XID, hdr.Credits, hdr.Proc
-	cl.hdr.Writes = cl.hdr.Writes[:0]
-	for _, w := range hdr.Writes {
-		cl.hdr.Writes = append(cl.hdr.Writes, append(rpcrdma.WriteChunk(nil), w...))
+	cl.hdr.Writes = cl.hdrWrites[:0]
+	for i, w := range hdr.Writes {
+		var dst rpcrdma.WriteChunk
+		if i == 0 {
+			dst = cl.hdrSegs[:0] // the usual one chunk: the call's own array
+		}
+		cl.hdr.Writes = append(cl.hdr.Writes, append(dst, w...))
 	}
 	cl.hdr.Reply, cl.hdr.HasReply = append(cl.hdr.Reply[:0], hdr.Reply...), hdr.HasReply
 	cl.rdmaErr = nil
@@ -269,8 +276,16 @@ func (t *Transport) finishReply(cl *call) {
 // (Transport.mu held; the caller waits).
 func (cl *call) rebuild() (*sunrpc.Reply, error) {
 	in := chunks.Received{Type: chunks.MessageType(cl.hdr.Proc), Inline: cl.inline}
+	// The usual reply's lengths (one Write chunk of a few segments) go
+	// in the call's own arrays.
+	in.WriteList = cl.writeList[:0]
 	for _, w := range cl.hdr.Writes {
-		lens := make([]uint32, len(w))
+		var lens []uint32
+		if len(in.WriteList) == 0 && len(w) <= len(cl.writeLens) {
+			lens = cl.writeLens[:len(w)]
+		} else {
+			lens = make([]uint32, len(w))
+		}
 		for i, s := range w {
 			lens[i] = s.Length
 		}
