@@ -287,4 +287,13 @@ func TestCredCacheGroups(t *testing.T) {
 	if g := c.groups(43); g != nil {
 		t.Fatalf("groups of a missing pid: %v", g)
 	}
+	// A Groups line the reader's buffer cuts (a status far longer than
+	// the kernel's): the groups read are whole numbers, never the front
+	// of one cut short.
+	check(t, os.MkdirAll(filepath.Join(dir, "44"), 0o755))
+	long := "Name:\t" + strings.Repeat("x", 4096-len("Name:\t\nGroups:\t100 101 102 10")) + "\nGroups:\t100 101 102 103456 104\n"
+	check(t, os.WriteFile(filepath.Join(dir, "44", "status"), []byte(long), 0o644))
+	if got := c.groups(44); !slices.Equal(got, []uint32{100, 101, 102}) {
+		t.Fatalf("groups of a Groups line cut at 4096 bytes: %v, want [100 101 102]", got)
+	}
 }
