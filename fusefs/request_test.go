@@ -109,6 +109,20 @@ func (s *silentServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sun
 	return s.Transport.RoundTrip(ctx, req)
 }
 
+// held waits until a call of the armed procedure is held; ended is the
+// result of the process or goroutine that made it, which must not end
+// first.
+func (s *silentServer) held(t *testing.T, ended <-chan error) {
+	t.Helper()
+	select {
+	case <-s.waiting:
+	case err := <-ended:
+		t.Fatalf("ended before its call was held: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no call of the armed procedure reached the server")
+	}
+}
+
 // TestKillBlockedCaller: a process waiting on an NFS call the server never
 // answers (a hard mount of a silent server) is ended by SIGKILL: the FUSE
 // interrupt cancels the call.
@@ -124,13 +138,7 @@ func TestKillBlockedCaller(t *testing.T) {
 	check(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-ss.waiting:
-	case err := <-exited:
-		t.Fatalf("stat ended before its LOOKUP was held: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no LOOKUP reached the server")
-	}
+	ss.held(t, exited)
 	time.Sleep(50 * time.Millisecond)
 	check(t, cmd.Process.Signal(syscall.SIGKILL))
 	select {
@@ -169,35 +177,28 @@ func TestCloseEndsRequestCalls(t *testing.T) {
 	var st syscall.Stat_t
 	statted := make(chan error, 1)
 	go func() { statted <- syscall.Stat(m.path("stuck"), &st) }()
-	select {
-	case <-ss.waiting:
-	case err := <-statted:
-		t.Fatalf("stat ended before its LOOKUP was held: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("no LOOKUP reached the server")
+	ss.held(t, statted)
+	// failed waits for the stat to fail: what ends the wait is what
+	// is tested.
+	failed := func(what string) {
+		t.Helper()
+		select {
+		case err := <-statted:
+			if err == nil {
+				t.Fatalf("%s: the stat succeeded", what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the stat still waits on the server", what)
+		}
 	}
 	check(t, m.fsys.Close())
-	select {
-	case err := <-statted:
-		if err == nil {
-			t.Fatal("stat of a name whose LOOKUP was cancelled succeeded")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("FS.Close did not end the LOOKUP a FUSE request waited on")
-	}
+	failed("a LOOKUP held across FS.Close")
 	if ss.cancelled.Load() != 1 {
 		t.Errorf("%d held LOOKUPs cancelled, want 1", ss.cancelled.Load())
 	}
 	// After Close: the request's context is cancelled from the start.
 	go func() { statted <- syscall.Stat(m.path("later"), &st) }()
-	select {
-	case err := <-statted:
-		if err == nil {
-			t.Fatal("stat after Close succeeded")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a request after FS.Close waited on the server")
-	}
+	failed("a request after FS.Close")
 }
 
 // TestCallerIdentity: each caller's calls carry its own uid, gid and
