@@ -253,7 +253,7 @@ func (c *Client) Getattr(ctx context.Context, fh FileHandle) (Attr, error) {
 		return Attr{}, err
 	}
 	var a Attr
-	err := c.call(ctx, ProcGetattr, small(appendFH(newArgs(), fh)), decodeFunc(func(d *sunrpc.Decoder, st Status) {
+	err := c.call(ctx, ProcGetattr, small(appendFH(nil, fh)), decodeFunc(func(d *sunrpc.Decoder, st Status) {
 		if st == StatusOK {
 			a = decodeAttr(d)
 		}
@@ -268,7 +268,7 @@ func (c *Client) Setattr(ctx context.Context, fh FileHandle, attr SetAttr, guard
 	if err := checkFH(fh); err != nil {
 		return WccData{}, err
 	}
-	b := appendSetAttr(appendFH(newArgs(), fh), &attr)
+	b := appendSetAttr(appendFH(nil, fh), &attr)
 	b = sunrpc.AppendBool(b, guard != nil)
 	if guard != nil {
 		b = appendTime(b, *guard)
@@ -284,7 +284,7 @@ func (c *Client) Lookup(ctx context.Context, dir FileHandle, name string) (Looku
 		return LookupResult{}, err
 	}
 	var r LookupResult
-	err := c.call(ctx, ProcLookup, small(appendDirOp(newArgs(), dir, name)), &r)
+	err := c.call(ctx, ProcLookup, small(appendDirOp(nil, dir, name)), &r)
 	return r, err
 }
 
@@ -295,7 +295,7 @@ func (c *Client) Access(ctx context.Context, fh FileHandle, access uint32) (Acce
 		return AccessResult{}, err
 	}
 	var r AccessResult
-	err := c.call(ctx, ProcAccess, small(sunrpc.AppendUint32(appendFH(newArgs(), fh), access)), &r)
+	err := c.call(ctx, ProcAccess, small(sunrpc.AppendUint32(appendFH(nil, fh), access)), &r)
 	return r, err
 }
 
@@ -307,7 +307,7 @@ func (c *Client) Readlink(ctx context.Context, fh FileHandle) (ReadlinkResult, e
 	}
 	var r ReadlinkResult
 	args := &sunrpc.Args{
-		Head:       appendFH(newArgs(), fh),
+		Head:       appendFH(nil, fh),
 		ReplyBulk:  make([]byte, MaxSymlinkLen),
 		MaxResults: 4 + postOpAttrSize + 4 + MaxSymlinkLen,
 	}
@@ -326,7 +326,7 @@ func (c *Client) Read(ctx context.Context, fh FileHandle, off uint64, p []byte) 
 	if len(p) > math.MaxUint32 {
 		p = p[:math.MaxUint32]
 	}
-	b := sunrpc.AppendUint64(appendFH(newArgs(), fh), off)
+	b := sunrpc.AppendUint64(appendFH(nil, fh), off)
 	b = sunrpc.AppendUint32(b, uint32(len(p)))
 	args := &sunrpc.Args{
 		Head:       b,
@@ -335,7 +335,6 @@ func (c *Client) Read(ctx context.Context, fh FileHandle, off uint64, p []byte) 
 	}
 	rd := &readDecoder{p: p}
 	err := c.call(ctx, ProcRead, args, rd)
-	rr := rd.rr
 	if err != nil {
 		// Declared here, not above: errors.As makes it escape, and a
 		// successful READ (nearly all) would pay its allocation.
@@ -344,7 +343,7 @@ func (c *Client) Read(ctx context.Context, fh FileHandle, off uint64, p []byte) 
 			return ReadResult{}, ro
 		}
 	}
-	return rr, err
+	return rd.rr, err
 }
 
 // Write writes data to fh at off (WRITE, RFC 1813 §3.3.7). The data is the
@@ -357,7 +356,7 @@ func (c *Client) Write(ctx context.Context, fh FileHandle, off uint64, data []by
 	if len(data) > math.MaxUint32 {
 		return WriteResult{}, fmt.Errorf("nfs3: WRITE of %d bytes", len(data))
 	}
-	b := sunrpc.AppendUint64(appendFH(newArgs(), fh), off)
+	b := sunrpc.AppendUint64(appendFH(nil, fh), off)
 	b = sunrpc.AppendUint32(b, uint32(len(data)))
 	b = sunrpc.AppendUint32(b, uint32(stable))
 	b = sunrpc.AppendUint32(b, uint32(len(data))) // the opaque's length word ends Head
@@ -375,7 +374,7 @@ func (c *Client) Create(ctx context.Context, dir FileHandle, name string, how Cr
 	if err := checkFH(dir); err != nil {
 		return CreateResult{}, err
 	}
-	b := sunrpc.AppendUint32(appendDirOp(newArgs(), dir, name), uint32(how.Mode))
+	b := sunrpc.AppendUint32(appendDirOp(nil, dir, name), uint32(how.Mode))
 	switch how.Mode {
 	case Unchecked, Guarded:
 		b = appendSetAttr(b, &how.Attr)
@@ -395,7 +394,7 @@ func (c *Client) Mkdir(ctx context.Context, dir FileHandle, name string, attr Se
 		return CreateResult{}, err
 	}
 	var r CreateResult
-	err := c.call(ctx, ProcMkdir, small(appendSetAttr(appendDirOp(newArgs(), dir, name), &attr)), &r)
+	err := c.call(ctx, ProcMkdir, small(appendSetAttr(appendDirOp(nil, dir, name), &attr)), &r)
 	return r, err
 }
 
@@ -406,7 +405,7 @@ func (c *Client) Symlink(ctx context.Context, dir FileHandle, name string, attr 
 	if err := checkFH(dir); err != nil {
 		return CreateResult{}, err
 	}
-	b := appendSetAttr(appendDirOp(newArgs(), dir, name), &attr)
+	b := appendSetAttr(appendDirOp(nil, dir, name), &attr)
 	b = sunrpc.AppendUint32(b, uint32(len(target)))
 	var r CreateResult
 	err := c.call(ctx, ProcSymlink, &sunrpc.Args{Head: b, Bulk: []byte(target), MaxResults: smallResults}, &r)
@@ -418,7 +417,7 @@ func (c *Client) Mknod(ctx context.Context, dir FileHandle, name string, what Mk
 	if err := checkFH(dir); err != nil {
 		return CreateResult{}, err
 	}
-	b := sunrpc.AppendUint32(appendDirOp(newArgs(), dir, name), uint32(what.Type))
+	b := sunrpc.AppendUint32(appendDirOp(nil, dir, name), uint32(what.Type))
 	switch what.Type {
 	case TypeChr, TypeBlk:
 		b = appendSetAttr(b, &what.Attr)
@@ -437,7 +436,7 @@ func (c *Client) Remove(ctx context.Context, dir FileHandle, name string) (WccDa
 		return WccData{}, err
 	}
 	var w WccData
-	err := c.call(ctx, ProcRemove, small(appendDirOp(newArgs(), dir, name)), wccOnly{&w})
+	err := c.call(ctx, ProcRemove, small(appendDirOp(nil, dir, name)), wccOnly{&w})
 	return w, err
 }
 
@@ -447,7 +446,7 @@ func (c *Client) Rmdir(ctx context.Context, dir FileHandle, name string) (WccDat
 		return WccData{}, err
 	}
 	var w WccData
-	err := c.call(ctx, ProcRmdir, small(appendDirOp(newArgs(), dir, name)), wccOnly{&w})
+	err := c.call(ctx, ProcRmdir, small(appendDirOp(nil, dir, name)), wccOnly{&w})
 	return w, err
 }
 
@@ -458,7 +457,7 @@ func (c *Client) Rename(ctx context.Context, fromDir FileHandle, fromName string
 		return RenameResult{}, err
 	}
 	var r RenameResult
-	err := c.call(ctx, ProcRename, small(appendDirOp(appendDirOp(newArgs(), fromDir, fromName), toDir, toName)), &r)
+	err := c.call(ctx, ProcRename, small(appendDirOp(appendDirOp(nil, fromDir, fromName), toDir, toName)), &r)
 	return r, err
 }
 
@@ -468,7 +467,7 @@ func (c *Client) Link(ctx context.Context, fh, dir FileHandle, name string) (Lin
 		return LinkResult{}, err
 	}
 	var r LinkResult
-	err := c.call(ctx, ProcLink, small(appendDirOp(appendFH(newArgs(), fh), dir, name)), &r)
+	err := c.call(ctx, ProcLink, small(appendDirOp(appendFH(nil, fh), dir, name)), &r)
 	return r, err
 }
 
@@ -482,7 +481,7 @@ func (c *Client) Readdir(ctx context.Context, dir FileHandle, cookie Cookie, ver
 	if count == 0 {
 		count = c.opts.DirSize
 	}
-	b := sunrpc.AppendUint64(appendFH(newArgs(), dir), cookie)
+	b := sunrpc.AppendUint64(appendFH(nil, dir), cookie)
 	b = append(b, verf[:]...)
 	b = sunrpc.AppendUint32(b, count)
 	var r ReaddirResult
@@ -503,7 +502,7 @@ func (c *Client) Readdirplus(ctx context.Context, dir FileHandle, cookie Cookie,
 	if dircount == 0 {
 		dircount = max(maxcount/8, 512)
 	}
-	b := sunrpc.AppendUint64(appendFH(newArgs(), dir), cookie)
+	b := sunrpc.AppendUint64(appendFH(nil, dir), cookie)
 	b = append(b, verf[:]...)
 	b = sunrpc.AppendUint32(b, dircount)
 	b = sunrpc.AppendUint32(b, maxcount)
@@ -657,7 +656,7 @@ func callFH[T any, PT interface {
 	if err := checkFH(fh); err != nil {
 		return r, err
 	}
-	err := c.call(ctx, proc, small(appendFH(newArgs(), fh)), PT(&r))
+	err := c.call(ctx, proc, small(appendFH(nil, fh)), PT(&r))
 	return r, err
 }
 
@@ -668,7 +667,7 @@ func (c *Client) Commit(ctx context.Context, fh FileHandle, off uint64, count ui
 	if err := checkFH(fh); err != nil {
 		return CommitResult{}, err
 	}
-	b := sunrpc.AppendUint32(sunrpc.AppendUint64(appendFH(newArgs(), fh), off), count)
+	b := sunrpc.AppendUint32(sunrpc.AppendUint64(appendFH(nil, fh), off), count)
 	var r CommitResult
 	err := c.call(ctx, ProcCommit, small(b), &r)
 	return r, err

@@ -84,17 +84,22 @@ func checkFH(fh FileHandle) error {
 	return nil
 }
 
-func appendFH(b []byte, fh FileHandle) []byte { return sunrpc.AppendOpaque(b, fh) }
+// appendFH appends fh as an nfs_fh3. A nil b, the start of a call's
+// arguments (they all begin with a handle), becomes a buffer with room for
+// the usual ones, so that building them by appending costs one allocation,
+// not one per time the buffer grows.
+func appendFH(b []byte, fh FileHandle) []byte {
+	if b == nil {
+		b = make([]byte, 0, argsCap)
+	}
+	return sunrpc.AppendOpaque(b, fh)
+}
 
-// argsCap is the room newArgs makes: a file handle of the largest size
-// (RFC 1813's NFS3_FHSIZE, 64 bytes, and its length word) and the fixed
-// arguments of any procedure after it, or a name of a few dozen bytes.
+// argsCap is the room appendFH makes for a call's arguments: a file handle
+// of the largest size (RFC 1813's NFS3_FHSIZE, 64 bytes, and its length
+// word) and the fixed arguments of any procedure after it, or a name of a
+// few dozen bytes.
 const argsCap = 160
-
-// newArgs returns an empty buffer for a call's arguments, with room for
-// the usual ones: built by appending, they cost one allocation, not one
-// per time the buffer grows.
-func newArgs() []byte { return make([]byte, 0, argsCap) }
 
 // decodeFH reads an nfs_fh3 and copies it out of the message.
 func decodeFH(d *sunrpc.Decoder) FileHandle {
