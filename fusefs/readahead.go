@@ -213,10 +213,11 @@ func (ra *readAhead) given(off int64, n int) bool {
 // held).
 func (ra *readAhead) forgetGiven() {
 	for _, b := range ra.gave {
-		if ra.spare == nil {
-			clear(b)
-			ra.spare = b
+		if ra.spare != nil {
+			break
 		}
+		clear(b)
+		ra.spare = b
 	}
 	clear(ra.gave)
 }

@@ -165,7 +165,7 @@ func (c *Client) Call(ctx context.Context, proc uint32, args *Args) (*Result, er
 		return nil, fail(err)
 	}
 	res := new(resultAlloc)
-	res.dec = Decoder{buf: rep.Inline, bulk: rep.Bulk}
+	res.dec = *NewBulkDecoder(rep.Inline, rep.Bulk)
 	d := &res.dec
 	rh, err := DecodeReply(d)
 	if err == nil && rh.XID != xid {
