@@ -340,10 +340,17 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 }
 
 // Rename implements fs.NodeRenamer with RENAME (RFC 1813 §3.3.14). NFSv3
-// renames have no flags: RENAME_NOREPLACE and RENAME_EXCHANGE are EINVAL, as
-// with the kernel's NFSv3 client. An open file it would replace is silly
-// renamed first.
+// renames have no flags, so renameat2(2) with RENAME_NOREPLACE,
+// RENAME_EXCHANGE or RENAME_WHITEOUT fails with EINVAL, as on the kernel's
+// NFSv3 client. The first such request answers ENOSYS, on which the kernel
+// stops sending them and answers EINVAL itself: mv(1) tries
+// RENAME_NOREPLACE before every plain rename, and would otherwise pay a
+// FUSE round trip (and a LOOKUP of the target) for each. An open file it
+// would replace is silly renamed first.
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if flags != 0 {
+		return syscall.ENOSYS
+	}
 	if errno := n.fsys.checkName(newName); errno != 0 {
 		return errno
 	}
@@ -351,9 +358,6 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
-	}
-	if flags != 0 {
-		return syscall.EINVAL
 	}
 	to, ok := newParent.(*node)
 	if !ok {

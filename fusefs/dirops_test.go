@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"golang.org/x/sys/unix"
 )
 
 // opDeltas returns a function giving the calls of each procedure since now.
@@ -327,5 +328,61 @@ func TestNoFlushForReaders(t *testing.T) {
 	after := m.fsys.Events()
 	if mid[evFlush] != before[evFlush] || after[evFlush] == mid[evFlush] {
 		t.Errorf("FLUSH requests: %d for 5 reads, %d for a write; want 0, >0", mid[evFlush]-before[evFlush], after[evFlush]-mid[evFlush])
+	}
+}
+
+// fuseRequests returns the FUSE requests m's file system answered, by kind.
+func fuseRequests(m *mounted) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, o := range m.fsys.FUSERequests() {
+		out[o.Name] = o.Requests
+	}
+	return out
+}
+
+// TestRenameFlags: renameat2(2) with flags fails with EINVAL, as on the
+// kernel's NFSv3 client, and only the mount's first try reaches the mount
+// server: its ENOSYS makes the kernel answer the others itself (mv(1)
+// tries RENAME_NOREPLACE before every rename, and each try would
+// otherwise be a FUSE round trip). A plain rename then works, and the
+// FUSE request counters see each kind once per request.
+func TestRenameFlags(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	check(t, os.WriteFile(m.path("a"), []byte("data"), 0o644))
+	check(t, os.WriteFile(m.path("c"), nil, 0o644))
+	d := opDeltas(m)
+	before := fuseRequests(m)
+	for i := range 3 {
+		if err := unix.Renameat2(unix.AT_FDCWD, m.path("a"), unix.AT_FDCWD, m.path(fmt.Sprintf("b%d", i)), unix.RENAME_NOREPLACE); err != syscall.EINVAL {
+			t.Errorf("RENAME_NOREPLACE %d: %v, want EINVAL", i, err)
+		}
+		if err := unix.Renameat2(unix.AT_FDCWD, m.path("a"), unix.AT_FDCWD, m.path("c"), unix.RENAME_EXCHANGE); err != syscall.EINVAL {
+			t.Errorf("RENAME_EXCHANGE %d: %v, want EINVAL", i, err)
+		}
+	}
+	if got := fuseRequests(m)["RENAME2"] - before["RENAME2"]; got != 1 {
+		t.Errorf("6 renameat2 calls with flags made %d RENAME2 requests, want 1", got)
+	}
+	check(t, os.Rename(m.path("a"), m.path("b")))
+	after := fuseRequests(m)
+	if got := after["RENAME"] - before["RENAME"]; got != 1 {
+		t.Errorf("a rename made %d RENAME requests, want 1", got)
+	}
+	if r := d(nfs3.ProcRename); r != 1 {
+		t.Errorf("%d RENAME calls, want 1", r)
+	}
+	if b, err := os.ReadFile(filepath.Join(srv.Dir, "b")); err != nil || string(b) != "data" {
+		t.Errorf("renamed file at the server: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(srv.Dir, "c")); err != nil {
+		t.Errorf("the exchange's other file: %v", err)
+	}
+	var total time.Duration
+	for _, o := range m.fsys.FUSERequests() {
+		total += o.Time
+	}
+	if after["LOOKUP"] == 0 || after["CREATE"] != 2 || total <= 0 {
+		t.Errorf("FUSE requests %v (time %v): want LOOKUPs, 2 CREATEs and some time", after, total)
 	}
 }

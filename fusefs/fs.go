@@ -99,6 +99,7 @@ type FS struct {
 
 	sillyCount atomic.Uint64
 	events     eventCounters
+	fuseOps    fuseOpCounters
 	// noFlushReads: files opened for reading are closed without FLUSH
 	// (set by MountWith when the kernel keeps the locks itself).
 	noFlushReads atomic.Bool

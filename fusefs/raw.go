@@ -3,6 +3,7 @@ package fusefs
 import (
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -98,7 +99,8 @@ func (f *FS) IOBytes() IOBytes {
 }
 
 // rawFS is the go-fuse node file system as the kernel talks to it, with
-// two additions: the VFS event counters, and missing names cached by the
+// three additions: the VFS event counters, the FUSE requests by kind
+// (fuseops.go), and missing names cached by the
 // kernel for the time each reply gives (go-fuse has one negative timeout
 // for the whole mount; a LOOKUP that found no name answers "no such
 // entry" with node id 0 and that entry's own timeout, which the kernel
@@ -106,6 +108,7 @@ func (f *FS) IOBytes() IOBytes {
 type rawFS struct {
 	fuse.RawFileSystem
 	e *eventCounters
+	o *fuseOpCounters
 	f *FS
 }
 
@@ -113,10 +116,11 @@ type rawFS struct {
 // fuse.NewServer, for the options fo (from FUSEOptions).
 func (f *FS) NewRawFS(fo *fs.Options) fuse.RawFileSystem {
 	f.shared = fo.MountOptions.AllowOther
-	return &rawFS{RawFileSystem: fs.NewNodeFS(f.root, fo), e: &f.events, f: f}
+	return &rawFS{RawFileSystem: fs.NewNodeFS(f.root, fo), e: &f.events, o: &f.fuseOps, f: f}
 }
 
 func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.o.done(fopLookup, time.Now())
 	r.e.add(evLookup)
 	st := r.RawFileSystem.Lookup(cancel, h, name, out)
 	if st == fuse.ENOENT && out.EntryTimeout() > 0 {
@@ -130,6 +134,7 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 }
 
 func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer r.o.done(fopGetattr, time.Now())
 	r.e.add(evInodeRevalidate)
 	if in.Flags()&fuse.FUSE_GETATTR_FH != 0 {
 		// Through an open file: the kernel's own check of the size in
@@ -141,6 +146,7 @@ func (r *rawFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.At
 }
 
 func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	defer r.o.done(fopSetattr, time.Now())
 	r.e.add(evSetattr)
 	if in.Valid&fuse.FATTR_SIZE != 0 {
 		r.e.add(evSetattrTrunc)
@@ -149,26 +155,31 @@ func (r *rawFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.At
 }
 
 func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.o.done(fopOpen, time.Now())
 	r.e.add(evOpen)
 	return r.RawFileSystem.Open(cancel, in, out)
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	defer r.o.done(fopCreate, time.Now())
 	r.e.add(evOpen)
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	defer r.o.done(fopOpendir, time.Now())
 	r.e.add(evOpen)
 	return r.RawFileSystem.OpenDir(cancel, in, out)
 }
 
 func (r *rawFS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
+	defer r.o.done(fopAccess, time.Now())
 	r.e.add(evAccess)
 	return r.RawFileSystem.Access(cancel, in)
 }
 
 func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	defer r.o.done(fopRead, time.Now())
 	res, st := r.RawFileSystem.Read(cancel, in, buf)
 	direct := in.Flags&syscall.O_DIRECT != 0
 	if !direct {
@@ -189,16 +200,19 @@ func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.
 }
 
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	defer r.o.done(fopWrite, time.Now())
 	n, st := r.RawFileSystem.Write(cancel, in, data)
 	r.wrote(in, n, len(data), st)
 	return n, st
 }
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	start := time.Now()
 	n, st := r.RawFileSystem.Writev(cancel, in, data)
 	if st == fuse.ENOSYS {
 		return n, st // go-fuse falls back to Write
 	}
+	r.o.done(fopWrite, start)
 	size := 0
 	for _, d := range data {
 		size += len(d)
@@ -226,46 +240,55 @@ func (r *rawFS) wrote(in *fuse.WriteIn, n uint32, size int, st fuse.Status) {
 }
 
 func (r *rawFS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer r.o.done(fopReaddir, time.Now())
 	r.e.add(evGetdents)
 	return r.RawFileSystem.ReadDir(cancel, in, out)
 }
 
 func (r *rawFS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
+	defer r.o.done(fopReaddirplus, time.Now())
 	r.e.add(evGetdents)
 	return r.RawFileSystem.ReadDirPlus(cancel, in, out)
 }
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	defer r.o.done(fopFlush, time.Now())
 	r.e.add(evFlush)
 	return r.RawFileSystem.Flush(cancel, in)
 }
 
 func (r *rawFS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	defer r.o.done(fopFsync, time.Now())
 	r.e.add(evFsync)
 	return r.RawFileSystem.Fsync(cancel, in)
 }
 
 func (r *rawFS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
+	defer r.o.done(fopFsyncdir, time.Now())
 	r.e.add(evFsync)
 	return r.RawFileSystem.FsyncDir(cancel, in)
 }
 
 func (r *rawFS) GetLk(cancel <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
+	defer r.o.done(fopGetlk, time.Now())
 	r.e.add(evLock)
 	return r.RawFileSystem.GetLk(cancel, in, out)
 }
 
 func (r *rawFS) SetLk(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	defer r.o.done(fopSetlk, time.Now())
 	r.e.add(evLock)
 	return r.RawFileSystem.SetLk(cancel, in)
 }
 
 func (r *rawFS) SetLkw(cancel <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	defer r.o.done(fopSetlkw, time.Now())
 	r.e.add(evLock)
 	return r.RawFileSystem.SetLkw(cancel, in)
 }
 
 func (r *rawFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	defer r.o.done(fopRelease, time.Now())
 	r.e.add(evRelease)
 	r.RawFileSystem.Release(cancel, in)
 }

@@ -727,9 +727,13 @@ func TestMountstatsRDMALine(t *testing.T) {
 	s := &snapshot{Device: "10.0.0.1:/e", MountPoint: "/mnt/x", Type: fsType, Server: "10.0.0.1", Port: 20049,
 		Options: []string{"vers=3", "proto=rdma"}, AgeSeconds: 5,
 		Transports: []xprtSnapshot{{Proto: "rdma", RDMA: &xprt.Counters{Calls: 10, Sends: 12, Receives: 10}}, {Proto: "rdma", RDMA: &xprt.Counters{}}},
-		Ops:        []opSnapshot{{Name: "READ", Prog: 100003, Proc: 6, Calls: 3, BytesRecv: 300, RTTTotalUS: 3000, RTTHist: make([]uint64, 24)}}}
+		Ops:        []opSnapshot{{Name: "READ", Prog: 100003, Proc: 6, Calls: 3, BytesRecv: 300, RTTTotalUS: 3000, RTTHist: make([]uint64, 24)}},
+		FUSE:       []fuseOpSnapshot{{Name: "LOOKUP", Requests: 4, TimeUS: 100}, {Name: "READ", Requests: 3, TimeUS: 3300}}}
 	var b bytes.Buffer
 	writeMountstats(&b, s)
+	if !strings.Contains(b.String(), "\tnfsrdma-fuse:\tLOOKUP 4 25 READ 3 1100\n") {
+		t.Errorf("no FUSE request line (name, requests, mean us):\n%s", b.String())
+	}
 	ms := parseMountstats(t, b.String())
 	if len(ms) != 1 || len(ms[0].xprts) != 2 || ms[0].ops["READ"][0] != 3 || ms[0].ops["READ"][6] != 3 || ms[0].age != 5 {
 		t.Fatalf("%+v\n%s", ms, b.String())

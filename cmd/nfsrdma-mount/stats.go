@@ -47,6 +47,15 @@ type snapshot struct {
 	// Bytes are the application's bytes: read and written through
 	// buffered files, then through direct I/O.
 	Bytes fusefs.IOBytes `json:"bytes"`
+	// FUSE are the FUSE requests answered, by kind (fusefs.FUSEOp): the
+	// round trips between the applications and the mount server.
+	FUSE []fuseOpSnapshot `json:"fuse"`
+}
+
+type fuseOpSnapshot struct {
+	Name     string `json:"name"`
+	Requests uint64 `json:"requests"`
+	TimeUS   int64  `json:"time_us"` // in the mount server's handlers, NFS calls included
 }
 
 type xprtSnapshot struct {
@@ -86,6 +95,9 @@ func (m *mountServer) snapshot() *snapshot {
 	ev := m.fsys.Events()
 	s.Events = ev[:]
 	s.Bytes = m.fsys.IOBytes()
+	for _, o := range m.fsys.FUSERequests() {
+		s.FUSE = append(s.FUSE, fuseOpSnapshot{Name: o.Name, Requests: o.Requests, TimeUS: o.Time.Microseconds()})
+	}
 	for _, t := range m.rdma {
 		c := t.Counters()
 		send, recv := t.InlineSizes()
@@ -170,6 +182,17 @@ func writeMountstats(w io.Writer, s *snapshot) {
 			fmt.Fprintf(w, "\tnfsrdma-xprt:\ttcp %s:%d connects %d connection_losses %d retransmits %d unmatched_replies %d malformed_records %d\n",
 				s.Server, s.Port, t.TCP.Connects, t.TCP.ConnectionLosses, t.TCP.Retransmits, t.TCP.UnmatchedReplies, t.TCP.MalformedRecords)
 		}
+	}
+	if len(s.FUSE) > 0 {
+		// name, requests, mean time in the handler (us), per kind
+		var b strings.Builder
+		for i, o := range s.FUSE {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%s %d %d", o.Name, o.Requests, o.TimeUS/int64(o.Requests))
+		}
+		fmt.Fprintf(w, "\tnfsrdma-fuse:\t%s\n", b.String())
 	}
 	fmt.Fprintf(w, "\tnfsrdma-rtt:\tper op: calls, errors, timeouts, bytes, mean and max round trip, histogram\n")
 	var ops []fusefs.OpStats

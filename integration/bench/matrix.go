@@ -99,6 +99,11 @@ type MatrixRow struct {
 	Met      bool      `json:"met"`
 	Per      string    `json:"per"` // what the RPC counts are divided by: "I/O", "file"...
 	RPCs     [2]RowRPC `json:"rpcs"`
+	// FUSE is nfsrdma-mount's FUSE requests per Per unit by kind, over
+	// all rounds, and FUSETotal their sum: each is a round trip between
+	// the application and the mount server, with or without an RPC.
+	FUSE      map[string]float64 `json:"fuse_per_unit,omitempty"`
+	FUSETotal float64            `json:"fuse_total,omitempty"`
 	Note     string    `json:"note,omitempty"`
 	Unsupprt string    `json:"unsupported,omitempty"` // why nfsrdma-mount was not measured
 	// Floor is the FUSE floor's figure per round (MatrixPlan.Floor; 0:
@@ -162,6 +167,7 @@ type sample struct {
 	value float64
 	units int64
 	rpcs  RPCCounts
+	fuse  FUSECounts // nfsrdma-mount's FUSE requests; nil for the others
 }
 
 // cell gathers a workload's samples over the rounds.
@@ -265,23 +271,30 @@ func (c *mclient) remount(ctx context.Context) error {
 	return c.mount(ctx)
 }
 
-// rpcs reads the client's per-operation counters.
-func (c *mclient) rpcs(ctx context.Context) (RPCCounts, error) {
+// rpcs reads the client's per-operation counters, and nfsrdma-mount's
+// FUSE requests (nil for the others).
+func (c *mclient) rpcs(ctx context.Context) (RPCCounts, FUSECounts, error) {
 	if c.isFloor() {
-		return RPCCounts{}, nil // no network
+		return RPCCounts{}, nil, nil // no network
 	}
 	if c.ours() {
 		out, err := command(ctx, c.g.MountBinary, "stats", c.dir)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return ParseOurStats(out)
+		r, err := ParseOurStats(out)
+		if err != nil {
+			return nil, nil, err
+		}
+		f, err := ParseOurFUSE(out)
+		return r, f, err
 	}
 	data, err := os.ReadFile("/proc/self/mountstats")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ParseMountstats(string(data), c.dir)
+	r, err := ParseMountstats(string(data), c.dir)
+	return r, nil, err
 }
 
 // dropCaches writes back and drops the guest's page cache, dentries and
@@ -820,7 +833,7 @@ func (g *Guest) runOne(ctx context.Context, p MatrixPlan, round int, local strin
 		}
 	}
 	wc := &wctx{g: g, c: cl, p: p, round: round, local: local}
-	before, err := cl.rpcs(ctx)
+	before, fBefore, err := cl.rpcs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("RPC counters: %w", err)
 	}
@@ -828,14 +841,18 @@ func (g *Guest) runOne(ctx context.Context, p MatrixPlan, round int, local strin
 	if err != nil {
 		return nil, err
 	}
-	after, err := cl.rpcs(ctx)
+	after, fAfter, err := cl.rpcs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("RPC counters: %w", err)
 	}
 	if v <= 0 {
 		return nil, fmt.Errorf("no figure (%v)", v)
 	}
-	return &sample{value: v, units: units, rpcs: after.Sub(before)}, nil
+	s := &sample{value: v, units: units, rpcs: after.Sub(before)}
+	if fAfter != nil {
+		s.fuse = fAfter.Sub(fBefore)
+	}
+	return s, nil
 }
 
 // matrixInputs lays out what the workloads need before any mount: in a
@@ -946,6 +963,7 @@ func buildRows(cells []*cell, kern, ours *mclient) []MatrixRow {
 			x.Met = x.Ratio >= x.Target
 		}
 		x.RPCs = [2]RowRPC{rowRPC(kern.name, c.kernel), rowRPC(ours.name, c.ours)}
+		x.FUSE, x.FUSETotal = rowFUSE(c.ours)
 		rows = append(rows, x)
 	}
 	return rows
@@ -958,6 +976,32 @@ func orient(better string, v, k float64) float64 {
 		return k / v
 	}
 	return v / k
+}
+
+// rowFUSE is the FUSE requests per unit of work, by kind and in all, over
+// the rounds that counted them (nil when none did).
+func rowFUSE(ss []*sample) (map[string]float64, float64) {
+	sum := FUSECounts{}
+	var units int64
+	for _, s := range ss {
+		if s == nil || s.fuse == nil {
+			continue
+		}
+		for k, n := range s.fuse {
+			sum[k] += n
+		}
+		units += s.units
+	}
+	if units == 0 || len(sum) == 0 {
+		return nil, 0
+	}
+	per := map[string]float64{}
+	var total float64
+	for k, n := range sum {
+		per[k] = float64(n) / float64(units)
+		total += per[k]
+	}
+	return per, total
 }
 
 // rowRPC sums a client's RPCs of a workload over the rounds.

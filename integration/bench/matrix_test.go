@@ -45,6 +45,7 @@ const ourStats = `device 10.99.0.1:/export mounted on /mnt/bench-ours with fstyp
 	pid:	123
 	caps:	rsize=1048576,wsize=1048576
 	xprt:	rdma 10.99.0.1:20049 calls 20 replies 20
+	nfsrdma-fuse:	LOOKUP 7 20 MKDIR 3 900 GETATTR 2 5
 	per-op statistics
 	     GETATTR: calls 4 errors 0 timeouts 0 sent 400 recv 500 rtt_mean 100µs rtt_max 200µs hist <128µs:3 <256µs:1
 	      LOOKUP: calls 10 errors 1 timeouts 0 sent 1000 recv 1000 rtt_mean 90µs rtt_max 100µs hist <128µs:10
@@ -108,6 +109,23 @@ func TestParseOurStats(t *testing.T) {
 	}
 }
 
+func TestParseOurFUSE(t *testing.T) {
+	c, err := ParseOurFUSE(ourStats)
+	if err != nil || len(c) != 3 || c["LOOKUP"] != 7 || c["MKDIR"] != 3 || c["GETATTR"] != 2 {
+		t.Fatalf("FUSE requests %v, %v", c, err)
+	}
+	before := FUSECounts{"LOOKUP": 5, "MKDIR": 3}
+	if d := c.Sub(before); len(d) != 2 || d["LOOKUP"] != 2 || d["GETATTR"] != 2 {
+		t.Errorf("diff %v", d)
+	}
+	if c, err := ParseOurFUSE("device x mounted on /m with fstype fuse.nfsrdma\n"); err != nil || len(c) != 0 {
+		t.Errorf("no FUSE line: %v, %v", c, err)
+	}
+	if _, err := ParseOurFUSE("\tnfsrdma-fuse:\tLOOKUP 7\n"); err == nil {
+		t.Error("a cut FUSE line parsed")
+	}
+}
+
 func TestBuildRows(t *testing.T) {
 	tput := &workload{group: MatrixFioDirect, name: "rand-read 4KiB qd16", unit: "IOPS", per: "I/O", target: 1.0}
 	tm := &workload{group: MatrixSmallFiles, name: "create", unit: "s", per: "file"}
@@ -120,7 +138,7 @@ func TestBuildRows(t *testing.T) {
 			ours:   []*sample{s(50, 250, RPCCounts{"READ": {250, 0, 250 << 20}, "GETATTR": {Calls: 250}}), s(300, 1500, RPCCounts{"READ": {1500, 0, 1500 << 20}}), nil}},
 		{w: tm,
 			kernel: []*sample{s(10, 100, nil), s(10, 100, nil), s(10, 100, nil)},
-			ours:   []*sample{s(5, 100, nil), s(20, 100, nil), s(10, 100, nil)},
+			ours:   []*sample{{value: 5, units: 100, fuse: FUSECounts{"MKDIR": 100, "LOOKUP": 100}}, s(20, 100, nil), {value: 10, units: 100, fuse: FUSECounts{"MKDIR": 100, "GETATTR": 100}}},
 			floor:  []*sample{s(20, 100, nil), nil, s(8, 100, nil)}},
 		{w: &workload{group: MatrixNconnect, name: "nc", unit: "MiB/s"}, kernel: []*sample{s(1, 1, nil)}, ours: []*sample{nil}, unsupported: "not supported"},
 	}
@@ -132,6 +150,13 @@ func TestBuildRows(t *testing.T) {
 	}
 	if r.RPCs[0].Total != 1 || r.RPCs[1].PerOp["GETATTR"] != 250.0/1750 || r.RPCs[1].Units != 1500 {
 		t.Errorf("RPCs: %+v", r.RPCs)
+	}
+	if rows[0].FUSE != nil {
+		t.Errorf("FUSE requests without counts: %v", rows[0].FUSE)
+	}
+	// Rounds 1 and 3 counted them: 400 requests for 200 units.
+	if f := rows[1].FUSE; rows[1].FUSETotal != 2 || f["MKDIR"] != 1 || f["LOOKUP"] != 0.5 || f["GETATTR"] != 0.5 {
+		t.Errorf("FUSE requests per unit: %v (total %v)", f, rows[1].FUSETotal)
 	}
 	r = rows[1]
 	// Times: kernel/ours, so 2, 0.5, 1; the median is 1.
@@ -156,7 +181,7 @@ func TestBuildRows(t *testing.T) {
 	var md strings.Builder
 	rep.WriteMarkdown(&md)
 	for _, want := range []string{"### fio direct", "### small files", "**1.00x**", "0.50-1.50", "not supported", "READ 1.00 (4.0 KiB each)", "1500 units: READ 1500 (1.00 MiB each)",
-		"FUSE floor", "| 14.0 | 0.88x |", "20.0 - 8.00", "floor's geometric mean over its 1 ratios: **0.88x**"} {
+		"FUSE floor", "| 14.0 | 0.88x |", "20.0 - 8.00", "floor's geometric mean over its 1 ratios: **0.88x**", "| 2.00/file: MKDIR 1.00, GETATTR 0.50, LOOKUP 0.50 |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md.String())
 		}

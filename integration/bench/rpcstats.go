@@ -108,6 +108,47 @@ func ParseMountstats(text, dir string) (RPCCounts, error) {
 // `nfsrdma-mount stats DIR`.
 func ParseOurStats(text string) (RPCCounts, error) { return parsePerOp(text) }
 
+// FUSECounts are the FUSE requests a mount server answered, by kind
+// ("LOOKUP", "GETATTR"...).
+type FUSECounts map[string]uint64
+
+// ParseOurFUSE returns the FUSE requests by kind from the output of
+// `nfsrdma-mount stats DIR` (its "nfsrdma-fuse:" line: name, requests and
+// mean microseconds per kind); none when the line is missing.
+func ParseOurFUSE(text string) (FUSECounts, error) {
+	c := FUSECounts{}
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "nfsrdma-fuse:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f)%3 != 0 {
+			return nil, fmt.Errorf("bench: FUSE request line %q: not name, requests, mean", line)
+		}
+		for i := 0; i < len(f); i += 3 {
+			n, err := strconv.ParseUint(f[i+1], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("bench: FUSE request line %q: %v", line, err)
+			}
+			c[f[i]] += n
+		}
+	}
+	return c, nil
+}
+
+// Sub returns c less an earlier snapshot (kinds that did not grow are left
+// out).
+func (c FUSECounts) Sub(before FUSECounts) FUSECounts {
+	d := FUSECounts{}
+	for k, n := range c {
+		if n > before[k] {
+			d[k] = n - before[k]
+		}
+	}
+	return d
+}
+
 // parsePerOp reads the per-op block of one mount's statistics.
 func parsePerOp(text string) (RPCCounts, error) {
 	c := RPCCounts{}
