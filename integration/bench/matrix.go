@@ -91,21 +91,21 @@ type MatrixRow struct {
 	Ours   []float64 `json:"ours"`
 	// Rounds are the per-round ratios of the rounds where both clients
 	// measured; Ratio is their median, Min and Max their spread.
-	Rounds   []float64 `json:"rounds,omitempty"`
-	Ratio    float64   `json:"ratio"`
-	Min      float64   `json:"min"`
-	Max      float64   `json:"max"`
-	Target   float64   `json:"target"` // the floor of Ratio
-	Met      bool      `json:"met"`
-	Per      string    `json:"per"` // what the RPC counts are divided by: "I/O", "file"...
-	RPCs     [2]RowRPC `json:"rpcs"`
+	Rounds []float64 `json:"rounds,omitempty"`
+	Ratio  float64   `json:"ratio"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Target float64   `json:"target"` // the floor of Ratio
+	Met    bool      `json:"met"`
+	Per    string    `json:"per"` // what the RPC counts are divided by: "I/O", "file"...
+	RPCs   [2]RowRPC `json:"rpcs"`
 	// FUSE is nfsrdma-mount's FUSE requests per Per unit by kind, over
 	// all rounds, and FUSETotal their sum: each is a round trip between
 	// the application and the mount server, with or without an RPC.
 	FUSE      map[string]float64 `json:"fuse_per_unit,omitempty"`
 	FUSETotal float64            `json:"fuse_total,omitempty"`
-	Note     string    `json:"note,omitempty"`
-	Unsupprt string    `json:"unsupported,omitempty"` // why nfsrdma-mount was not measured
+	Note      string             `json:"note,omitempty"`
+	Unsupprt  string             `json:"unsupported,omitempty"` // why nfsrdma-mount was not measured
 	// Floor is the FUSE floor's figure per round (MatrixPlan.Floor; 0:
 	// not measured), and FloorRatio the median of its per-round ratios
 	// against the kernel, oriented as Ratio: the most a FUSE file system
