@@ -90,6 +90,16 @@ type node struct {
 	names   map[string]struct{}
 	namesOK bool
 	neg     map[string]struct{} // names found missing
+	// nameGen counts this mount's changes to the directory's names and
+	// the times its knowledge of them ended (listing.go compares it).
+	nameGen uint64
+
+	// The LOOKUPs the directory's caches could not answer, in a run
+	// (none more than acdirmin apart), and whether its whole listing is
+	// being read for them (see listing.go).
+	lookups   int
+	lookupsAt time.Time
+	listing   bool
 
 	// A directory's entries as its last READDIRPLUS pages brought them,
 	// by name, for the LOOKUPs that follow a listing (see takePlus).
@@ -396,6 +406,19 @@ func (n *node) lookupAttr(ctx context.Context, fh nfs3.FileHandle, a *nfs3.Attr)
 	return &got, nil
 }
 
+// plusLookup answers a LOOKUP of name from a listing's entry e: READDIRPLUS
+// just answered it (ls -l, a shell's glob, listing.go), so no LOOKUP. An
+// open that follows takes these attributes as its revalidation as it would
+// a LOOKUP's, by their age (lookupAt is when the listing brought them).
+func (n *node) plusLookup(ctx context.Context, name string, e plusEntry, out *fuse.EntryOut) *fs.Inode {
+	c, unchanged := n.child(ctx, name, e.fh, &e.attr)
+	c.mu.Lock()
+	c.lookupAt, c.lookupKeep = e.at, unchanged
+	c.mu.Unlock()
+	n.entryOut(c, out)
+	return c.EmbeddedInode()
+}
+
 // Lookup implements fs.NodeLookuper with LOOKUP (RFC 1813 §3.3.3).
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if errno := n.fsys.checkName(name); errno != 0 {
@@ -429,16 +452,20 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if e, ok := n.takePlus(name); ok && !asRoot {
-		// READDIRPLUS just answered it (ls -l, a shell's glob): no
-		// LOOKUP. An open that follows takes these attributes as its
-		// revalidation as it would a LOOKUP's, by their age (lookupAt
-		// is when the listing brought them).
-		c, unchanged := n.child(ctx, name, e.fh, &e.attr)
-		c.mu.Lock()
-		c.lookupAt, c.lookupKeep = e.at, unchanged
-		c.mu.Unlock()
-		n.entryOut(c, out)
-		return c.EmbeddedInode(), 0
+		return n.plusLookup(ctx, name, e, out), 0
+	}
+	if !asRoot && n.listForLookup() {
+		// Reading the whole directory costs what its LOOKUPs have
+		// (listing.go): read it, and answer this one from it.
+		n.listAll(ctx)
+		missing, left, e, found := n.lookupFromListing(name)
+		if missing {
+			out.SetEntryTimeout(left)
+			return nil, syscall.ENOENT
+		}
+		if found {
+			return n.plusLookup(ctx, name, e, out), 0
+		}
 	}
 	var r nfs3.LookupResult
 	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
