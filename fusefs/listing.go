@@ -111,6 +111,12 @@ func (n *node) listAll(ctx context.Context) {
 		})
 		n.setAttr(r.DirAttr)
 		if err != nil {
+			// Refused (a directory its caller may search but not
+			// read) or failed: the LOOKUPs go on, and the next try
+			// waits for five times as many.
+			n.mu.Lock()
+			n.lookups = -4 * cost
+			n.mu.Unlock()
 			return
 		}
 		n.putPlus(r.Entries)

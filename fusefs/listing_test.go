@@ -143,3 +143,31 @@ func TestListingChangedMidway(t *testing.T) {
 		t.Errorf("a name the listing brought: %v", err)
 	}
 }
+
+// TestListingRefused: a directory whose listing the server refuses (one
+// its caller may search but not read) keeps working by LOOKUP, and the
+// refused READDIRPLUS is not retried at every turn.
+func TestListingRefused(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	serverDir(t, srv.Dir, "d", 3, func(i int) string { return fmt.Sprintf("old%d", i) })
+	o := DefaultOptions()
+	m, rec := mountRecorded(t, srv, &o, MountConfig{})
+	rec.mu.Lock()
+	rec.refuse = func(c sentCall) bool { return c.proc == nfs3.ProcReaddirplus }
+	rec.mu.Unlock()
+	_, err := os.Stat(m.path("d"))
+	check(t, err)
+	d := opDeltas(m)
+	const n = 30
+	for i := range n {
+		check(t, os.WriteFile(m.path(fmt.Sprintf("d/new%d", i)), nil, 0o644))
+	}
+	if l, rp := d(nfs3.ProcLookup), d(nfs3.ProcReaddirplus); l != n || rp < 1 || rp > 4 {
+		t.Errorf("%d creates, listing refused: %d LOOKUP, %d READDIRPLUS; want %d, 1 to 4", n, l, rp, n)
+	}
+	for i := range n {
+		if _, err := os.Stat(filepath.Join(srv.Dir, "d", fmt.Sprintf("new%d", i))); err != nil {
+			t.Error(err)
+		}
+	}
+}
