@@ -2,32 +2,32 @@ package fusefs
 
 import (
 	"context"
-	"time"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
-// A directory's whole listing, read for the LOOKUPs it saves. FUSE sends a
-// LOOKUP before every mkdir, create and rename target, with no word of the
-// intent, where the Linux client skips the LOOKUP of a name it is about to
-// make; in a directory this mount did not make (names.go), each such name
-// is a LOOKUP round trip that finds nothing, and each name renamed or
-// opened without a listing before is one that finds it. When a directory's
-// LOOKUPs have cost about what reading all of it would (one READDIRPLUS
-// page per 4 KiB of its size, the rent-or-buy rule), the next LOOKUP reads
-// the listing instead. The listing gives the directory's complete set of
-// names (names.go: a missing name is then answered at once for as long as
-// the directory's attributes are trusted, and this mount's own changes keep
-// it exact), and every entry's handle and attributes (node.plus: found
-// names answered for plusFresh, as after ls).
+// A directory's whole listing, read for the LOOKUPs it saves. Names looked
+// up one by one without a listing first (renames of files this mount has
+// not seen, a program opening a list of files it knows, a build stating its
+// sources) cost a LOOKUP round trip each. When the LOOKUPs that found their
+// name in a directory have cost about what reading all of it would (one
+// READDIRPLUS page per 4 KiB of its size: the rent-or-buy rule, so a
+// listing never costs more than twice what it saves), the next LOOKUP
+// reads the listing instead, and its entries' handles and attributes answer
+// the found names for plusFresh, exactly as after ls (node.plus).
 //
-// The set is taken as complete only when the listing ran from the start to
-// its end with the directory's attributes the same on every page and in the
-// cache after it, and no change by this mount to the directory's names came
-// between (node.nameGen): otherwise an entry made or removed while the
-// pages were read could be missing from it. It is never read for a
-// directory larger than maxListSize, nor with lookupcache=pos or none
-// (which do not trust missing names), nor in a private directory.
+// A listing never answers a name as missing. The Linux client asks the
+// server for every name it has not looked up before (only the LOOKUP of a
+// name it is about to make, a mkdir's or an exclusive create's, it skips),
+// so a file another client just made is found at once; a name missing from
+// a listing read a moment ago could have been made since. Missing names
+// are trusted only as names.go keeps them. LOOKUPs that find nothing do
+// not count toward a listing, which would not save them.
+//
+// It is never read for a directory larger than maxListSize, nor in a
+// private directory (private.go), nor with lookupcache=none (every lookup
+// asks the server), nor when listings answer nothing (plusFresh 0: noac,
+// or actimeo=0).
 
 // maxListSize is the largest directory (by its size attribute) whose
 // listing is read for its LOOKUPs: about 10,000 entries on ext4.
@@ -37,8 +37,9 @@ const maxListSize = 256 << 10
 // page, for the cost of a listing.
 const listBytesPerPage = 4096
 
-// listingCost returns the READDIRPLUS pages that reading all of n is taken
-// to cost, and whether n may be read for its LOOKUPs at all; n.mu is held.
+// listingCostLocked returns the READDIRPLUS pages that reading all of n is
+// taken to cost, and whether n may be read for its LOOKUPs at all; n.mu is
+// held.
 func (n *node) listingCostLocked() (int, bool) {
 	if !n.attrs.valid || n.attrs.attr.Type != nfs3.TypeDir || n.attrs.attr.Size > maxListSize {
 		return 0, false
@@ -46,62 +47,70 @@ func (n *node) listingCostLocked() (int, bool) {
 	return max(2, int(n.attrs.attr.Size/listBytesPerPage)+1), true
 }
 
-// listForLookup counts a LOOKUP that n's caches could not answer, and
-// reports whether the caller should read n's whole listing (listAll)
-// instead of sending it.
-func (n *node) listForLookup() bool {
-	if !n.fsys.negativeCache() || n.fsys.plusFresh() <= 0 || n.private() {
-		return false
+// listingUsable reports whether n's listing may answer its LOOKUPs.
+func (n *node) listingUsable() bool {
+	return n.fsys.plusFresh() > 0 && n.fsys.opts.LookupCache != LookupCacheNone && !n.private()
+}
+
+// foundByLookup counts a LOOKUP call in n that found its name; once they
+// have cost what n's listing would, the next LOOKUP reads it (listNext).
+func (n *node) foundByLookup() {
+	if !n.listingUsable() {
+		return
 	}
 	now := n.fsys.now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.listing {
-		return false
-	}
 	if now.Sub(n.lookupsAt) > n.fsys.opts.AcDirMin {
 		n.lookups = 0 // LOOKUPs that far apart are not a run of them
 	}
-	n.lookups++
 	n.lookupsAt = now
-	cost, ok := n.listingCostLocked()
-	if !ok || n.lookups < cost {
+	n.lookups++
+	if cost, ok := n.listingCostLocked(); ok && n.lookups >= cost && !n.listing {
+		n.listNext = true
+	}
+}
+
+// listForLookup reports whether the caller, about to send a LOOKUP in n,
+// should read n's whole listing (listAll) first.
+func (n *node) listForLookup() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.listNext || n.listing {
 		return false
 	}
-	n.lookups = 0
-	n.listing = true
+	n.listNext, n.listing, n.lookups = false, true, 0
 	return true
 }
 
-// listAll reads directory n's whole listing with READDIRPLUS: its entries
-// answer the LOOKUPs that follow (putPlus), and, when it is complete (see
-// above), its names answer missing names (names.go). Errors leave the
-// caches as the pages read left them; the caller's LOOKUP goes ahead.
+// listAll reads directory n's whole listing with READDIRPLUS, for the
+// LOOKUPs that follow (putPlus). An error ends it with the pages read so
+// far kept, and the next try waits for five times as many LOOKUPs.
 func (n *node) listAll(ctx context.Context) {
 	n.mu.Lock()
-	gen := n.nameGen
 	cost, _ := n.listingCostLocked()
 	n.mu.Unlock()
+	failed := false
 	defer func() {
 		n.mu.Lock()
 		n.listing = false
+		if failed {
+			// Refused (a directory its caller may search but not
+			// read) or broken: the LOOKUPs go on.
+			n.lookups = -4 * cost
+		}
 		n.mu.Unlock()
 	}()
 	var (
-		names    = make(map[string]struct{})
-		first    *nfs3.Attr
-		same     = true
-		cookie   nfs3.Cookie
-		verf     nfs3.CookieVerf
-		asked    = make(map[nfs3.Cookie]struct{})
-		maxPages = 4*cost + 4 // a directory that grew meanwhile: give up
+		cookie nfs3.Cookie
+		verf   nfs3.CookieVerf
+		asked  = make(map[nfs3.Cookie]struct{})
 	)
-	for page := 0; ; page++ {
-		if page == maxPages {
-			return
-		}
+	// A directory that grew meanwhile: give up after 4 times its cost.
+	for range 4*cost + 4 {
 		if _, again := asked[cookie]; again {
-			return // a looping listing (dirHandle.fetch logs it when read)
+			failed = true // a looping listing (dirHandle.fetch logs it when read)
+			return
 		}
 		asked[cookie] = struct{}{}
 		var r nfs3.ReaddirplusResult
@@ -111,57 +120,17 @@ func (n *node) listAll(ctx context.Context) {
 		})
 		n.setAttr(r.DirAttr)
 		if err != nil {
-			// Refused (a directory its caller may search but not
-			// read) or failed: the LOOKUPs go on, and the next try
-			// waits for five times as many.
-			n.mu.Lock()
-			n.lookups = -4 * cost
-			n.mu.Unlock()
+			failed = ctx.Err() == nil
 			return
 		}
 		n.putPlus(r.Entries)
-		switch {
-		case r.DirAttr == nil:
-			same = false
-		case first == nil:
-			a := *r.DirAttr
-			first = &a
-		case dataChanged(first, r.DirAttr):
-			same = false
-		}
-		for i := range r.Entries {
-			if name := r.Entries[i].Name; name != "." && name != ".." {
-				names[name] = struct{}{}
-			}
-		}
-		if len(names) > maxNames {
-			same = false
-		}
 		if r.EOF {
-			break
+			return
 		}
 		if len(r.Entries) == 0 {
-			return // a page that does not advance
+			failed = true // a page that does not advance
+			return
 		}
 		cookie, verf = r.Entries[len(r.Entries)-1].Cookie, r.Verf
 	}
-	if !same || first == nil {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.nameGen != gen || !n.attrs.valid || dataChanged(&n.attrs.attr, first) {
-		return // changed since the listing began, by this mount or another
-	}
-	n.names, n.namesOK, n.neg = names, true, nil
-}
-
-// lookupFromListing answers a LOOKUP of name in n from n's caches after
-// listAll: missing (ok, with the negative entry's timeout) or found (c).
-func (n *node) lookupFromListing(name string) (missing bool, left time.Duration, e plusEntry, found bool) {
-	if left, ok := n.knownAbsent(name); ok {
-		return true, left, plusEntry{}, false
-	}
-	e, found = n.takePlus(name)
-	return false, 0, e, found
 }

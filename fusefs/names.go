@@ -49,7 +49,6 @@ func (n *node) startNames() {
 // dropNamesLocked forgets n's names and missing names; n.mu is held.
 func (n *node) dropNamesLocked() {
 	n.names, n.namesOK, n.neg = nil, false, nil
-	n.nameGen++
 }
 
 // sawMissing notes that a LOOKUP found name missing from n.
@@ -108,7 +107,6 @@ type nameChange struct {
 func (n *node) dirChanged(w *nfs3.WccData, ok bool, changes ...nameChange) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.nameGen++
 	own := false
 	if (n.namesOK || n.neg != nil) && ok {
 		if w.Before == nil || sameWcc(&n.attrs.attr, w.Before) {

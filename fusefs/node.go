@@ -90,15 +90,14 @@ type node struct {
 	names   map[string]struct{}
 	namesOK bool
 	neg     map[string]struct{} // names found missing
-	// nameGen counts this mount's changes to the directory's names and
-	// the times its knowledge of them ended (listing.go compares it).
-	nameGen uint64
 
-	// The LOOKUPs the directory's caches could not answer, in a run
-	// (none more than acdirmin apart), and whether its whole listing is
-	// being read for them (see listing.go).
+	// The LOOKUP calls in the directory that found their name, in a run
+	// (none more than acdirmin apart); whether the next LOOKUP is to read
+	// the whole listing first, and whether one is being read (see
+	// listing.go).
 	lookups   int
 	lookupsAt time.Time
+	listNext  bool
 	listing   bool
 
 	// A directory's entries as its last READDIRPLUS pages brought them,
@@ -455,15 +454,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return n.plusLookup(ctx, name, e, out), 0
 	}
 	if !asRoot && n.listForLookup() {
-		// Reading the whole directory costs what its LOOKUPs have
-		// (listing.go): read it, and answer this one from it.
+		// The directory's LOOKUPs have cost what reading all of it
+		// does (listing.go): read it, and answer this one from it if
+		// it has the name.
 		n.listAll(ctx)
-		missing, left, e, found := n.lookupFromListing(name)
-		if missing {
-			out.SetEntryTimeout(left)
-			return nil, syscall.ENOENT
-		}
-		if found {
+		if e, ok := n.takePlus(name); ok {
 			return n.plusLookup(ctx, name, e, out), 0
 		}
 	}
@@ -494,6 +489,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, syscall.ENOENT
 	}
 	n.sawName(name)
+	if !asRoot {
+		n.foundByLookup()
+	}
 	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil {
 		return nil, toErrno(err)
