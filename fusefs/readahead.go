@@ -254,14 +254,36 @@ func (ra *readAhead) read(ctx context.Context, dest []byte, off int64) (n int, r
 
 // segResult is a reply served from a segment's memory: Done lets go of
 // the segment.
+//
+// It gives its data as Slices (go-fuse's vectored results), not only as
+// Bytes: with splicing off (FUSEOptions), go-fuse takes a plain result's
+// Bytes and calls Done before it writes the reply, which would give the
+// segment's memory back while the reply is still written from it, to be
+// filled by another segment's READ (the race detector saw exactly that).
+// A vectored result is written first and let go after.
 type segResult struct {
 	ra   *readAhead
 	s    *segment
 	data []byte
+	one  [1][]byte
 }
 
 func (r *segResult) Bytes([]byte) ([]byte, fuse.Status) { return r.data, fuse.OK }
 func (r *segResult) Size() int                          { return len(r.data) }
+
+// vectoredResult is go-fuse's (unexported) interface of vectored read
+// results, which it writes before it calls Done.
+type vectoredResult interface {
+	Slices() ([][]byte, fuse.Status)
+}
+
+var _ vectoredResult = (*segResult)(nil)
+
+// Slices gives the data as go-fuse's vectored results do.
+func (r *segResult) Slices() ([][]byte, fuse.Status) {
+	r.one[0] = r.data
+	return r.one[:], fuse.OK
+}
 func (r *segResult) Done() {
 	if r.s == nil {
 		return
