@@ -9,13 +9,23 @@ import (
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
-// serverDir makes a directory with files at the server (another client's
-// doing): nfiles empty files named by name(i).
-func serverDir(t *testing.T, root, dir string, nfiles int, name func(int) string) {
+// oldDir makes directory d at the server (another client's doing), with
+// n empty files old0, old1...
+func oldDir(t *testing.T, root string, n int) {
 	t.Helper()
-	check(t, os.Mkdir(filepath.Join(root, dir), 0o777))
-	for i := range nfiles {
-		check(t, os.WriteFile(filepath.Join(root, dir, name(i)), nil, 0o644))
+	check(t, os.Mkdir(filepath.Join(root, "d"), 0o777))
+	for i := range n {
+		check(t, os.WriteFile(filepath.Join(root, "d", fmt.Sprintf("old%d", i)), nil, 0o644))
+	}
+}
+
+// statOld stats d/old0, d/old1... through m: each a lookup of a name found.
+func statOld(t *testing.T, m *mounted, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := os.Stat(m.path(fmt.Sprintf("d/old%d", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -29,16 +39,12 @@ func serverDir(t *testing.T, root, dir string, nfiles int, name func(int) string
 func TestListingForLookups(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	const n = 30
-	serverDir(t, srv.Dir, "d", n, func(i int) string { return fmt.Sprintf("old%d", i) })
+	oldDir(t, srv.Dir, n)
 	m := mountGoNFS(t, srv, nil)
 	_, err := os.Stat(m.path("d"))
 	check(t, err)
 	d := opDeltas(m)
-	for i := range n {
-		if _, err := os.Stat(m.path(fmt.Sprintf("d/old%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	statOld(t, m, n)
 	if l, rp := d(nfs3.ProcLookup), d(nfs3.ProcReaddirplus); l != 2 || rp != 1 {
 		t.Errorf("%d stats of names the server made: %d LOOKUP, %d READDIRPLUS; want 2, 1", n, l, rp)
 	}
@@ -67,16 +73,12 @@ func TestListingForLookups(t *testing.T) {
 func TestListingOff(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	const n = 10
-	serverDir(t, srv.Dir, "d", n, func(i int) string { return fmt.Sprintf("old%d", i) })
+	oldDir(t, srv.Dir, n)
 	o := DefaultOptions()
 	o.NoAC()
 	m := mountGoNFS(t, srv, &o)
 	d := opDeltas(m)
-	for i := range n {
-		if _, err := os.Stat(m.path(fmt.Sprintf("d/old%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	statOld(t, m, n)
 	if rp := d(nfs3.ProcReaddirplus); rp != 0 {
 		t.Errorf("noac: %d READDIRPLUS for %d stats, want 0", rp, n)
 	}
@@ -88,7 +90,7 @@ func TestListingOff(t *testing.T) {
 func TestListingRefused(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	const n = 30
-	serverDir(t, srv.Dir, "d", n, func(i int) string { return fmt.Sprintf("old%d", i) })
+	oldDir(t, srv.Dir, n)
 	o := DefaultOptions()
 	m, rec := mountRecorded(t, srv, &o, MountConfig{})
 	rec.mu.Lock()
@@ -97,11 +99,7 @@ func TestListingRefused(t *testing.T) {
 	_, err := os.Stat(m.path("d"))
 	check(t, err)
 	d := opDeltas(m)
-	for i := range n {
-		if _, err := os.Stat(m.path(fmt.Sprintf("d/old%d", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	statOld(t, m, n)
 	if l, rp := d(nfs3.ProcLookup), d(nfs3.ProcReaddirplus); l != n || rp < 1 || rp > 4 {
 		t.Errorf("%d stats, listing refused: %d LOOKUP, %d READDIRPLUS; want %d, 1 to 4", n, l, rp, n)
 	}
