@@ -56,7 +56,11 @@ func deviceHolders(t *testing.T) {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString(uverbsHolders())
-	out, _ := exec.Command("sh", "-c", "dmesg | tail -25; rdma link show; ls /sys/class/infiniband /sys/class/infiniband_verbs").CombinedOutput()
+	// The kernel's side: blocked tasks (sysrq w) and the stacks of the
+	// delete and of knfsd's threads.
+	os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	out, _ := exec.Command("sh", "-c", `dmesg | tail -120; rdma link show; ls /sys/class/infiniband /sys/class/infiniband_verbs
+for p in /proc/[0-9]*; do c=$(cat $p/comm 2>/dev/null); case "$c" in rdma|nfsd*|kworker*|rxe*) s=$(cat $p/stack 2>/dev/null); case "$s" in *rdma*|*rxe*|*svc*|*ib_*) echo "$p ($c):"; echo "$s";; esac;; esac; done`).CombinedOutput()
 	b.Write(out)
 	t.Logf("device holders:\n%s", b.String())
 }
@@ -140,6 +144,13 @@ func TestXprtDeviceRemovalRXE(t *testing.T) {
 			reads.Add(1)
 		}
 	}()
+	// Every WRITE's iteration and times, for the report of a mismatch.
+	type writeRec struct {
+		i          int
+		start, end time.Time
+	}
+	var wlog []writeRec // the writer's own until wg.Wait
+	base := time.Now()
 	go func() { // WRITEs (FILE_SYNC), every chunk rewritten with new bytes
 		defer wg.Done()
 		for i := 0; !stop.Load(); i++ {
@@ -148,10 +159,12 @@ func TestXprtDeviceRemovalRXE(t *testing.T) {
 			for j := range p {
 				p[j] = byte(i + j*13)
 			}
+			st := time.Now()
 			if _, err := n.c.Write(ctx, cr.FH, uint64(off), p, nfs3.FileSync); err != nil {
 				errc <- fmt.Errorf("WRITE at %d: %w", off, err)
 				return
 			}
+			wlog = append(wlog, writeRec{i, st, time.Now()})
 			writes.Add(1)
 		}
 	}()
@@ -220,7 +233,37 @@ func TestXprtDeviceRemovalRXE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The file is as long as the chunks written: all of dst once the
+	// writer went round.
+	extent := int(min(writes.Load(), int64(len(dst)/chunk))) * chunk
+	if len(got) != extent {
+		t.Fatalf("the file on the server has %d bytes, want %d (%d WRITEs of %d KiB)", len(got), extent, writes.Load(), chunk>>10)
+	}
+	dst = dst[:extent]
 	if !bytes.Equal(got, dst) {
+		t.Logf("device deleted at +%v, re-added at +%v; counters %s", start.Sub(base).Round(time.Millisecond), readded.Sub(base).Round(time.Millisecond), n.tr.Counters())
+		for off := 0; off < len(dst); off += chunk {
+			g, w := got[off:min(off+chunk, len(got))], dst[off:off+chunk]
+			if bytes.Equal(g, w) {
+				continue
+			}
+			first, diff := -1, 0
+			for j := range w {
+				if j >= len(g) || g[j] != w[j] {
+					diff++
+					if first < 0 {
+						first = j
+					}
+				}
+			}
+			t.Logf("chunk at %d: %d bytes differ from byte %d; expected iteration %d (mod 256), the file has %s",
+				off, diff, first, w[0], describeChunk(g))
+			for _, r := range wlog {
+				if (r.i%(len(dst)/chunk))*chunk == off {
+					t.Logf("  WRITE iteration %d: +%v … +%v", r.i, r.start.Sub(base).Round(time.Millisecond), r.end.Sub(base).Round(time.Millisecond))
+				}
+			}
+		}
 		t.Fatal("the file on the server differs from what was written")
 	}
 	c := n.tr.Counters()
@@ -230,4 +273,36 @@ func TestXprtDeviceRemovalRXE(t *testing.T) {
 	t.Logf("device deleted in %v with the client connected; I/O going again %v after rxe0 came back; %d READs and %d WRITEs of %d KiB verified",
 		deleted.Round(time.Millisecond), recovered.Round(time.Millisecond), reads.Load(), writes.Load(), chunk>>10)
 	_ = context.Background
+}
+
+// describeChunk says what a chunk of the device test's WRITE file holds:
+// one iteration's pattern (byte(i + j*13)), zeros, or a mix, piece by
+// piece.
+func describeChunk(g []byte) string {
+	var b strings.Builder
+	for j := 0; j < len(g); {
+		k := j
+		switch {
+		case g[j] == 0 && (j+1 >= len(g) || g[j+1] == 0):
+			for k < len(g) && g[k] == 0 {
+				k++
+			}
+			fmt.Fprintf(&b, "[%d,%d) zeros; ", j, k)
+		default:
+			it := g[j] - byte(j*13)
+			for k < len(g) && g[k] == it+byte(k*13) {
+				k++
+			}
+			if k == j {
+				k++
+			}
+			fmt.Fprintf(&b, "[%d,%d) iteration %d; ", j, k, it)
+		}
+		j = k
+		if b.Len() > 600 {
+			b.WriteString("…")
+			break
+		}
+	}
+	return b.String()
 }

@@ -108,7 +108,7 @@ type endpoint struct {
 	// removedDev is the address of the libibverbs device a
 	// DEVICE_REMOVAL named (0: none), only ever compared.
 	removedDev atomic.Uintptr
-	removedFDs atomic.Int64 // its context's cmd_fd<<32 | async_fd
+	removedFiles atomic.Pointer[C.struct_nr_dev_files] // its context's files
 }
 
 func newEndpoint(f *Fabric, ch *cmChannel, id *C.struct_rdma_cm_id) *endpoint {
@@ -317,9 +317,9 @@ func (ep *endpoint) startEvents() {
 			case C.RDMA_CM_EVENT_DEVICE_REMOVAL:
 				t = verbs.CMDeviceRemoval
 				ep.removedDev.Store(uintptr(C.nr_cm_dev(ep.id)))
-				var cmdFD, asyncFD C.int
-				C.nr_cm_dev_fds(ep.id, &cmdFD, &asyncFD)
-				ep.removedFDs.Store(int64(cmdFD)<<32 | int64(uint32(asyncFD)))
+				var files C.struct_nr_dev_files
+				C.nr_cm_dev_files(ep.id, &files)
+				ep.removedFiles.Store(&files)
 			case C.RDMA_CM_EVENT_TIMEWAIT_EXIT:
 				t = verbs.CMTimewaitExit
 			case C.RDMA_CM_EVENT_ADDR_CHANGE:
@@ -396,8 +396,11 @@ func (ep *endpoint) Close() error {
 	C.rdma_destroy_id(ep.id)
 	C.rdma_destroy_event_channel(ep.ch.ch)
 	if dev := ep.removedDev.Load(); dev != 0 {
-		fds := ep.removedFDs.Load()
-		ep.f.letRemovedDeviceGo(dev, int(fds>>32), int(int32(fds)))
+		files := ep.removedFiles.Load()
+		if files == nil {
+			files = &C.struct_nr_dev_files{cmd_fd: -1, async_fd: -1}
+		}
+		ep.f.letRemovedDeviceGo(dev, *files)
 	}
 	return nil
 }
@@ -408,13 +411,11 @@ func (ep *endpoint) Close() error {
 // process) while any process has it open, and librdmacm notices a removal
 // only when it lists its devices — and not at all when no device is left,
 // in which case the context's descriptors are released under it. It
-// retries in the background until the device is gone from the list, for
-// at most a minute.
-func (f *Fabric) letRemovedDeviceGo(dev uintptr, cmdFD, asyncFD int) {
+// retries in the background until that is done, for at most a minute.
+func (f *Fabric) letRemovedDeviceGo(dev uintptr, files C.struct_nr_dev_files) {
 	go func() {
 		for i := 0; i < 600; i++ {
-			if C.nr_dev_listed(C.uintptr_t(dev)) == 0 {
-				releaseRemovedDevice(cmdFD, asyncFD)
+			if C.nr_dev_listed(C.uintptr_t(dev)) == 0 && releaseRemovedDevice(&files) {
 				return
 			}
 			C.nr_sync_cm_devices()
@@ -423,16 +424,23 @@ func (f *Fabric) letRemovedDeviceGo(dev uintptr, cmdFD, asyncFD int) {
 	}()
 }
 
+// releaseMu serializes the releases of removed devices' files: each one
+// looks at descriptors that librdmacm may close while another lists its
+// devices.
+var releaseMu sync.Mutex
+
 // releaseRemovedDevice is the last step of letting a device that has left
 // the device list go: librdmacm lists the devices again (and closes its
 // context of the removed one), and when it cannot (no device is left) the
-// context's command and async descriptors (cmdFD < 0: not known) are
-// released under it.
-func releaseRemovedDevice(cmdFD, asyncFD int) {
+// context's command and async descriptors are released under it. It
+// reports whether that is done; not yet when the kernel has still to
+// unlink the device's node (nr_release_removed_files), which it does on
+// its way to waiting for the device's users: then it is tried again.
+func releaseRemovedDevice(files *C.struct_nr_dev_files) bool {
+	releaseMu.Lock()
+	defer releaseMu.Unlock()
 	C.nr_sync_cm_devices()
-	if cmdFD >= 0 {
-		C.nr_release_removed_fds(C.int(cmdFD), C.int(asyncFD))
-	}
+	return C.nr_release_removed_files(files) != 2
 }
 
 // listener is a listening rdma_cm id.

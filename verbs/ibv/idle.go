@@ -25,10 +25,15 @@ import (
 var cmIdle struct {
 	mu   sync.Mutex
 	ids  int                // live rdma_cm ids (endpoints and listeners)
-	devs map[uintptr][2]int // device → its context's command and async fds
+	devs map[uintptr]C.struct_nr_dev_files // device → its context's files
 	// The watcher, while it runs: closing stop ends it, done is closed
 	// when it has ended.
 	stop, done chan struct{}
+	// due is when the watch looks next (zero: no watch). It is kept when
+	// an id stops the watcher and the next one starts it again, so that
+	// ids made and destroyed more often than idleWatchPeriod (a client
+	// trying to reconnect) do not put the look off for ever.
+	due time.Time
 }
 
 // idleWatchPeriod is how often an idle process checks its devices.
@@ -51,26 +56,31 @@ func cmIDMade() {
 // cmIDGone is called before rdma_destroy_id of an id that cmIDMade counted.
 func cmIDGone(id *C.struct_rdma_cm_id) {
 	dev := uintptr(C.nr_cm_dev(id))
-	var cmdFD, asyncFD C.int
-	C.nr_cm_dev_fds(id, &cmdFD, &asyncFD)
+	var files C.struct_nr_dev_files
+	C.nr_cm_dev_files(id, &files)
 	cmIdle.mu.Lock()
 	defer cmIdle.mu.Unlock()
 	cmIdle.ids--
 	if dev != 0 {
 		if cmIdle.devs == nil {
-			cmIdle.devs = make(map[uintptr][2]int)
+			cmIdle.devs = make(map[uintptr]C.struct_nr_dev_files)
 		}
-		cmIdle.devs[dev] = [2]int{int(cmdFD), int(asyncFD)}
+		cmIdle.devs[dev] = files
 	}
 	if cmIdle.ids == 0 && len(cmIdle.devs) > 0 && cmIdle.stop == nil {
+		if cmIdle.due.IsZero() {
+			cmIdle.due = time.Now().Add(idleWatchPeriod)
+		}
 		cmIdle.stop, cmIdle.done = make(chan struct{}), make(chan struct{})
-		go watchIdleDevices(cmIdle.stop, cmIdle.done)
+		go watchIdleDevices(cmIdle.stop, cmIdle.done, cmIdle.due)
 	}
 }
 
-func watchIdleDevices(stop <-chan struct{}, done chan<- struct{}) {
+// watchIdleDevices looks at the watched devices at due and every
+// idleWatchPeriod after, until stop is closed or none is left.
+func watchIdleDevices(stop <-chan struct{}, done chan<- struct{}, due time.Time) {
 	defer close(done)
-	t := time.NewTicker(idleWatchPeriod)
+	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	for {
 		select {
@@ -81,11 +91,10 @@ func watchIdleDevices(stop <-chan struct{}, done chan<- struct{}) {
 		cmIdle.mu.Lock()
 		devs := maps.Clone(cmIdle.devs)
 		cmIdle.mu.Unlock()
-		for dev, fds := range devs {
-			if C.nr_dev_listed(C.uintptr_t(dev)) != 0 {
+		for dev, files := range devs {
+			if C.nr_dev_listed(C.uintptr_t(dev)) != 0 || !releaseRemovedDevice(&files) {
 				continue
 			}
-			releaseRemovedDevice(fds[0], fds[1])
 			cmIdle.mu.Lock()
 			delete(cmIdle.devs, dev)
 			cmIdle.mu.Unlock()
@@ -94,10 +103,12 @@ func watchIdleDevices(stop <-chan struct{}, done chan<- struct{}) {
 		if len(cmIdle.devs) == 0 && cmIdle.stop != nil {
 			// Nothing left to watch: this watcher is done (unless an id
 			// already took it over and is waiting for done).
-			cmIdle.stop, cmIdle.done = nil, nil
+			cmIdle.stop, cmIdle.done, cmIdle.due = nil, nil, time.Time{}
 			cmIdle.mu.Unlock()
 			return
 		}
+		cmIdle.due = time.Now().Add(idleWatchPeriod)
+		t.Reset(idleWatchPeriod)
 		cmIdle.mu.Unlock()
 	}
 }

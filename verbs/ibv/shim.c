@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 // Opcode numbers of verbs.Opcode.
 enum { NR_SEND, NR_SEND_WITH_INV, NR_RDMA_WRITE, NR_RDMA_READ, NR_BIND_MW, NR_LOCAL_INV };
@@ -440,42 +441,73 @@ void nr_sync_cm_devices(void)
 		rdma_free_devices(l);
 }
 
-void nr_cm_dev_fds(struct rdma_cm_id *id, int *cmd_fd, int *async_fd)
+void nr_cm_dev_files(struct rdma_cm_id *id, struct nr_dev_files *f)
 {
-	*cmd_fd = *async_fd = -1;
+	struct stat st;
+
+	memset(f, 0, sizeof *f);
+	f->cmd_fd = f->async_fd = -1;
 	if (!id || !id->verbs)
 		return;
-	*cmd_fd = id->verbs->cmd_fd;
-	*async_fd = id->verbs->async_fd;
+	if (fstat(id->verbs->cmd_fd, &st) != 0 || !S_ISCHR(st.st_mode))
+		return;
+	f->cmd_fd = id->verbs->cmd_fd;
+	f->async_fd = id->verbs->async_fd;
+	f->cmd_dev = st.st_dev;
+	f->cmd_ino = st.st_ino;
+	f->cmd_rdev = st.st_rdev;
 }
 
 /* Let go of a removed device's files that librdmacm keeps open: it closes
  * its context of a device only when it lists devices and finds it gone,
  * and it gives up listing when no device is left. The context's
  * descriptors are replaced by /dev/null (so librdmacm's eventual close of
- * them is harmless); the kernel then finishes removing the device. Done
- * only while cmd_fd still names the deleted device node, which proves the
- * context is still open and both numbers still its own. */
-int nr_release_removed_fds(int cmd_fd, int async_fd)
+ * them is harmless); the kernel then finishes removing the device.
+ *
+ * Only while the command descriptor is still the file recorded (the same
+ * inode of the same file system: librdmacm has not closed it, and its
+ * number was not reused) and that device node has been unlinked: the
+ * kernel unlinks a uverbs node only on its way to waiting for its users,
+ * and it may not have got there yet when the device has already left the
+ * device list.
+ *
+ * Returns 1 when released, 0 when the file is no longer the context's
+ * (nothing to do), 2 when the node is not unlinked yet (try again). */
+int nr_release_removed_files(const struct nr_dev_files *f)
 {
 	char path[64], target[256];
+	struct stat st;
 	ssize_t n;
 	int null;
 
-	snprintf(path, sizeof path, "/proc/self/fd/%d", cmd_fd);
+	if (f->cmd_fd < 0)
+		return 0;
+	if (fstat(f->cmd_fd, &st) != 0 || !S_ISCHR(st.st_mode) || st.st_dev != f->cmd_dev ||
+	    st.st_ino != f->cmd_ino || st.st_rdev != f->cmd_rdev)
+		return 0;
+	snprintf(path, sizeof path, "/proc/self/fd/%d", f->cmd_fd);
 	n = readlink(path, target, sizeof target - 1);
 	if (n <= 0)
 		return 0;
 	target[n] = 0;
-	if (!strstr(target, "/dev/infiniband/uverbs") || !strstr(target, "(deleted)"))
+	if (!strstr(target, "/dev/infiniband/uverbs"))
 		return 0;
+	if (!strstr(target, "(deleted)"))
+		return 2;
 	null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0)
-		return -1;
-	if (dup2(null, cmd_fd) >= 0)
-		fcntl(cmd_fd, F_SETFD, FD_CLOEXEC);
-	if (async_fd >= 0 && dup2(null, async_fd) >= 0)
-		fcntl(async_fd, F_SETFD, FD_CLOEXEC);
+		return 2;
+	if (dup2(null, f->cmd_fd) >= 0)
+		fcntl(f->cmd_fd, F_SETFD, FD_CLOEXEC);
+	if (f->async_fd >= 0) {
+		snprintf(path, sizeof path, "/proc/self/fd/%d", f->async_fd);
+		n = readlink(path, target, sizeof target - 1);
+		if (n > 0) {
+			target[n] = 0;
+			if (strstr(target, "infinibandevent") && dup2(null, f->async_fd) >= 0)
+				fcntl(f->async_fd, F_SETFD, FD_CLOEXEC);
+		}
+	}
 	close(null);
 	return 1;
 }

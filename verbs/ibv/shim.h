@@ -99,5 +99,12 @@ int nr_get_async_event(struct ibv_context *ctx, int *type, int *port, uint32_t *
 uintptr_t nr_cm_dev(struct rdma_cm_id *id);
 int nr_dev_listed(uintptr_t dev);
 void nr_sync_cm_devices(void);
-void nr_cm_dev_fds(struct rdma_cm_id *id, int *cmd_fd, int *async_fd);
-int nr_release_removed_fds(int cmd_fd, int async_fd);
+/* A device context's files, as librdmacm opened them: the command file (a
+ * uverbs character device, known by its inode) and the async event file.
+ * cmd_fd < 0: not known. */
+struct nr_dev_files {
+	int cmd_fd, async_fd;
+	uint64_t cmd_dev, cmd_ino, cmd_rdev;
+};
+void nr_cm_dev_files(struct rdma_cm_id *id, struct nr_dev_files *f);
+int nr_release_removed_files(const struct nr_dev_files *f);
