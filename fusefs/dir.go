@@ -62,8 +62,15 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return err
 	})
 	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
+	n.learnRefused(ctx, err)
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
+	}
+	if how.Mode == nfs3.Guarded {
+		// Made just now, where an UNCHECKED CREATE may have opened a
+		// file someone else made: its owner shows whether root is
+		// squashed (private.go).
+		n.fsys.learnCreated(ctx, r.Attr)
 	}
 	c, err := n.created(ctx, name, &r)
 	if err != nil {
@@ -103,11 +110,17 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return in, errno
 }
 
+// finishCreate ends an exclusive creation (MKDIR, SYMLINK, MKNOD, CREATE
+// GUARDED) of name in n, made with the call context ctx.
 func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResult, err error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
+	n.learnRefused(ctx, err)
 	if err != nil {
 		return nil, toErrno(err)
 	}
+	// Before the entry's timeout is chosen: the new object's owner shows
+	// whether root is squashed, and so whether n is private (private.go).
+	n.fsys.learnCreated(ctx, r.Attr)
 	c, err := n.created(ctx, name, r)
 	if err != nil {
 		return nil, toErrno(err)

@@ -113,6 +113,9 @@ type FS struct {
 	// shared: other users than the mounting one may enter the mount
 	// (allow_other; set by NewRawFS). See private.go.
 	shared bool
+	// squash: what the server has shown of its squashing of root
+	// (private.go).
+	squash rootSquash
 
 	watches watchList // requests in flight, for interrupts (callCtx)
 	// segBufs: read-ahead segments' memory, reused (readahead.go).

@@ -71,6 +71,13 @@ func mountGoNFSVia(t testing.TB, srv *fusefstest.Server, opts *Options, wrap fun
 // mountGoNFSConfig is mountGoNFSVia with mc's AllowOther.
 func mountGoNFSConfig(t testing.TB, srv *fusefstest.Server, opts *Options, wrap func(sunrpc.Transport) sunrpc.Transport, mc MountConfig) *mounted {
 	t.Helper()
+	return mountGoNFSSetup(t, srv, opts, wrap, mc, nil)
+}
+
+// mountGoNFSSetup is mountGoNFSConfig with setup (if not nil) called on the
+// FS before it is mounted, while nothing else uses it (to set its clock).
+func mountGoNFSSetup(t testing.TB, srv *fusefstest.Server, opts *Options, wrap func(sunrpc.Transport) sunrpc.Transport, mc MountConfig, setup func(*FS)) *mounted {
+	t.Helper()
 	requireFUSE(t)
 	ctx := testCtx(t)
 	tcp, err := sunrpc.DialTCP(ctx, net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port)), nil)
@@ -90,6 +97,9 @@ func mountGoNFSConfig(t testing.TB, srv *fusefstest.Server, opts *Options, wrap 
 	if err != nil {
 		tgt.Close()
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(m.fsys)
 	}
 	m.server, err = Mount(m.dir, m.fsys, MountConfig{FsName: "gonfs:/", DirectMountStrict: true, AllowOther: mc.AllowOther, Debug: os.Getenv("FUSEFS_DEBUG") != ""})
 	if err != nil {

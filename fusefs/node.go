@@ -471,6 +471,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if asRoot {
 		n.learnRootSearch(err)
 	}
+	n.learnRefused(ctx, err)
 	if err != nil {
 		if errno := toErrno(err); errno != syscall.ENOENT {
 			return nil, errno

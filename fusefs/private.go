@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"context"
+	"sync"
 	"syscall"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // Private directories: names the kernel must not answer from its caches.
@@ -44,6 +47,30 @@ import (
 // the error reaches the caller. The cost falls on such directories only:
 // one FUSE request per path walk through them, answered without a call
 // except root's first one per attribute timeout.
+//
+// None of this is needed where the server does not squash root: there it
+// lets root search every directory, as the kernel's own check does, and
+// every other caller is checked by the kernel against the directory's mode
+// as before. The private treatment is skipped while this mount knows root
+// is not squashed (rootSquash): without that, cp -a or tar -x as root,
+// which make every directory 0700 and set its mode at the end, would cost
+// a FUSE LOOKUP of each directory for every file made in it. The mount
+// learns it from root's own creations. An object made with root's
+// credential by an exclusive creation (MKDIR, SYMLINK, MKNOD, CREATE
+// GUARDED: an UNCHECKED CREATE may have opened a file someone else made)
+// is owned by root only if the server did not map root to its anonymous
+// uid; owned by another uid, it shows root squashed, as does root's
+// LOOKUP or creation refused with EACCES (root passes every permission
+// check of a server that does not squash it). What was learnt holds for
+// acdirmax from the last creation that showed it, as the kernel client
+// keeps root's ACCESS replies for a directory's attribute timeout, and
+// per file system (fsid): a server exporting with crossmnt or nohide shows
+// several exports, each with its own squashing, under one mount. Evidence
+// of squashing ends it at once. The kernel's entries given while it held,
+// with the usual timeouts, are not taken back when it ends, lapsed or
+// contradicted: they expire within their timeout (acdirmax at most), the
+// time the kernel client would answer root from an ACCESS reply of
+// before the change.
 
 // private reports whether directory n's names are kept from the kernel's
 // caches (see above).
@@ -52,8 +79,96 @@ func (n *node) private() bool {
 		return false
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.attrs.attr.Type == nfs3.TypeDir && n.attrs.attr.Mode&0o001 == 0
+	priv := n.attrs.attr.Type == nfs3.TypeDir && n.attrs.attr.Mode&0o001 == 0
+	fsid := n.attrs.attr.FSID
+	n.mu.Unlock()
+	return priv && !n.fsys.squash.unsquashed(fsid, n.fsys.now())
+}
+
+// rootSquash is what the server has shown of its squashing of root, per
+// file system (see above).
+type rootSquash struct {
+	mu sync.Mutex
+	// until: by fsid, until when root is known not to be squashed there.
+	until map[uint64]time.Time
+}
+
+// maxSquashFS bounds the file systems whose verdicts are kept; forgetting
+// one only brings back the private treatment until the next creation.
+const maxSquashFS = 256
+
+// unsquashed reports whether root is known at now not to be squashed in
+// file system fsid.
+func (s *rootSquash) unsquashed(fsid uint64, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.until[fsid]
+	return ok && now.Before(until)
+}
+
+// notSquashed records that root is not squashed in file system fsid, until
+// until.
+func (s *rootSquash) notSquashed(fsid uint64, now, until time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.until == nil {
+		s.until = make(map[uint64]time.Time)
+	}
+	if _, ok := s.until[fsid]; !ok && len(s.until) >= maxSquashFS {
+		for k, u := range s.until {
+			if !now.Before(u) {
+				delete(s.until, k)
+			}
+		}
+		if len(s.until) >= maxSquashFS {
+			clear(s.until)
+		}
+	}
+	s.until[fsid] = until
+}
+
+// squashed records that root is squashed in file system fsid.
+func (s *rootSquash) squashed(fsid uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.until, fsid)
+}
+
+// rootCred reports whether ctx, the context of a FUSE request's calls
+// (FS.callCtx), gives them root's own AUTH_SYS credential.
+func rootCred(ctx context.Context) bool {
+	cred, ok := sunrpc.CredentialFrom(ctx)
+	if !ok {
+		return false
+	}
+	a, err := sunrpc.ParseAuthSys(cred)
+	return err == nil && a.UID == 0
+}
+
+// learnCreated records what the attributes a of an object just made by an
+// exclusive creation (see above), called with ctx, say of root squashing.
+func (f *FS) learnCreated(ctx context.Context, a *nfs3.Attr) {
+	if a == nil || !rootCred(ctx) {
+		return
+	}
+	if a.UID != 0 {
+		f.squash.squashed(a.FSID)
+		return
+	}
+	now := f.now()
+	f.squash.notSquashed(a.FSID, now, now.Add(f.opts.AcDirMax))
+}
+
+// learnRefused records a refusal (EACCES) of root's LOOKUP or creation in
+// directory n, called with ctx, as root squashed there.
+func (n *node) learnRefused(ctx context.Context, err error) {
+	if err == nil || toErrno(err) != syscall.EACCES || !rootCred(ctx) {
+		return
+	}
+	n.mu.Lock()
+	fsid := n.attrs.attr.FSID
+	n.mu.Unlock()
+	n.fsys.squash.squashed(fsid)
 }
 
 // rootVerdict is what the server last said of root's search permission in

@@ -6,9 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
@@ -101,9 +104,10 @@ func TestPrivateDirRoot(t *testing.T) {
 // TestPrivateDirMadeByRoot: a private directory root makes (tar -x makes
 // its directories 0700 and sets their modes at the end) is root's own on
 // the server, squashed or not: root's work in it needs no LOOKUP to learn
-// that it may search it.
+// that it may search it. The server squashes root (its creations come
+// back owned by the anonymous uid), so the directories stay private.
 func TestPrivateDirMadeByRoot(t *testing.T) {
-	srv := startGoNFS(t, backendDisk)
+	srv := startGoNFS(t, backendDiskSquashed)
 	check(t, os.Chmod(srv.Dir, 0o755))
 	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
 	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
@@ -111,17 +115,172 @@ func TestPrivateDirMadeByRoot(t *testing.T) {
 	// into a fresh directory).
 	check(t, os.Mkdir(m.path("top"), 0o755))
 	from := rec.mark()
-	for i := range 3 {
+	var l uint64
+	const dirs, files = 3, 3
+	for i := range dirs {
 		d := m.path("top/d" + strconv.Itoa(i))
 		check(t, os.Mkdir(d, 0o700))
-		for j := range 3 {
-			check(t, os.WriteFile(filepath.Join(d, "f"+strconv.Itoa(j)), []byte("x"), 0o644))
-			if _, err := os.Lstat(filepath.Join(d, "f"+strconv.Itoa(j))); err != nil {
-				t.Fatal(err)
-			}
+		for j := range files {
+			l += fuseLookups(m, func() {
+				check(t, os.WriteFile(filepath.Join(d, "f"+strconv.Itoa(j)), []byte("x"), 0o644))
+				if _, err := os.Lstat(filepath.Join(d, "f"+strconv.Itoa(j))); err != nil {
+					t.Fatal(err)
+				}
+			})
 		}
 	}
 	if got := rec.since(from, nfs3.ProcLookup); len(got) != 0 {
 		t.Errorf("root making files in 0700 directories it made: %d LOOKUP calls, want 0", len(got))
 	}
+	// Private: the kernel looks up the directory and the file again for
+	// the stat after each file made.
+	if l < 2*dirs*files {
+		t.Errorf("root making and statting files in 0700 directories on a squashing server: %d FUSE LOOKUPs, want at least %d (the directories private)", l, 2*dirs*files)
+	}
+}
+
+// fuseLookups returns the FUSE LOOKUP requests fn made.
+func fuseLookups(m *mounted, fn func()) uint64 {
+	ev := m.fsys.Events()[evLookup]
+	fn()
+	return m.fsys.Events()[evLookup] - ev
+}
+
+// makeAndStat makes the file p and stats it times times, as root: the
+// FUSE LOOKUPs of cp -a's work in p's directory.
+func makeAndStat(t *testing.T, m *mounted, p string, times int) uint64 {
+	t.Helper()
+	return fuseLookups(m, func() {
+		check(t, os.WriteFile(p, []byte("x"), 0o644))
+		for range times {
+			if _, err := os.Lstat(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestPrivateDirRootUnsquashed: where root's creations come back owned by
+// root, the server does not squash root, and a 0700 directory (cp -a and
+// tar -x make each one so, and set its mode at the end) is not private:
+// the kernel keeps its entries, and root's path walks through it cost no
+// FUSE LOOKUP each.
+func TestPrivateDirRootUnsquashed(t *testing.T) {
+	srv := startGoNFS(t, backendDisk) // go-nfs makes root's objects root's
+	check(t, os.Chmod(srv.Dir, 0o755))
+	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
+	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	check(t, os.Mkdir(m.path("top"), 0o700))
+	check(t, os.Mkdir(m.path("top/d"), 0o700))
+	const n, stats = 10, 3
+	from := rec.mark()
+	var l uint64
+	for i := range n {
+		l += makeAndStat(t, m, m.path("top/d/f"+strconv.Itoa(i)), stats)
+	}
+	t.Logf("%d files made and statted %d times each in 0700 directories: %d FUSE LOOKUPs", n, stats, l)
+	// One per file: the kernel's look for the name before it creates it.
+	if l > n+2 {
+		t.Errorf("%d files made and statted %d times each in 0700 directories of a server that does not squash root: %d FUSE LOOKUPs, want about %d (one per new name)", n, stats, l, n)
+	}
+	if c := len(rec.since(from, nfs3.ProcLookup)); c != 0 {
+		t.Errorf("%d LOOKUP calls, want 0", c)
+	}
+}
+
+// TestPrivateDirSquashEvidence: evidence that the server squashes root
+// (root's LOOKUP refused; root's creation owned by another uid) makes
+// 0700 directories private again at once, and a creation owned by root
+// makes them public again.
+func TestPrivateDirSquashEvidence(t *testing.T) {
+	srv := startGoNFS(t, backendDiskSquashed)
+	srv.SquashRoot(false)
+	check(t, os.Chmod(srv.Dir, 0o755))
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "server-made"), nil, 0o644))
+	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
+	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	check(t, os.Mkdir(m.path("top"), 0o700))
+	const stats = 3
+	file := 0
+	// public reports whether root's work in top is answered by the
+	// kernel (a FUSE LOOKUP for the new name only), or private (one more
+	// for every stat).
+	public := func(what string, want bool) {
+		t.Helper()
+		file++
+		l := makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
+		t.Logf("%s: a file made and statted %d times: %d FUSE LOOKUPs", what, stats, l)
+		if got := l <= 1; got != want {
+			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d FUSE LOOKUPs; want public %v", what, stats, l, want)
+		}
+	}
+	public("root's MKDIR owned by root", true)
+
+	// Root's LOOKUP refused: squashed.
+	rec.mu.Lock()
+	rec.refuse = func(c sentCall) bool {
+		a, err := sunrpc.ParseAuthSys(c.cred)
+		return c.proc == nfs3.ProcLookup && err == nil && a.UID == 0
+	}
+	rec.mu.Unlock()
+	if _, err := os.Lstat(m.path("server-made")); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("root's lstat, its LOOKUP refused: %v, want EACCES", err)
+	}
+	rec.mu.Lock()
+	rec.refuse = nil
+	rec.mu.Unlock()
+	public("root's LOOKUP refused", false)
+
+	// A creation owned by root again (the export changed to
+	// no_root_squash): not squashed.
+	check(t, os.Mkdir(m.path("top/again"), 0o700))
+	public("root's MKDIR owned by root again", true)
+
+	// A creation owned by the anonymous uid: squashed.
+	srv.SquashRoot(true)
+	check(t, os.Symlink("target", m.path("top/anon")))
+	if fi, err := os.Lstat(filepath.Join(srv.Dir, "top/anon")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != fusefstest.AnonUID {
+		t.Fatalf("the symlink root made on the squashing server: %v, %v; want owned by %d", fi, err, fusefstest.AnonUID)
+	}
+	public("root's SYMLINK owned by the anonymous uid", false)
+}
+
+// TestPrivateDirUnsquashedLapses: what root's creations showed of the
+// server holds for acdirmax from the last one: then 0700 directories are
+// private again until a creation shows it anew.
+func TestPrivateDirUnsquashedLapses(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Chmod(srv.Dir, 0o755))
+	// The mount's clock runs ahead of the real one by skew (the kernel's
+	// entry timeouts run on the real one).
+	var skew atomic.Int64
+	m, _ := mountRecordedSetup(t, srv, nil, MountConfig{AllowOther: true}, func(f *FS) {
+		f.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	acdirmax := m.fsys.opts.AcDirMax
+	check(t, os.Mkdir(m.path("top"), 0o700))
+	const stats = 3
+	file := 0
+	public := func(what string, want bool) {
+		t.Helper()
+		file++
+		l := makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
+		t.Logf("%s: a file made and statted %d times: %d FUSE LOOKUPs", what, stats, l)
+		if got := l <= 1; got != want {
+			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d FUSE LOOKUPs; want public %v", what, stats, l, want)
+		}
+	}
+	// The clock is moved on by less than acdirmax, then past it.
+	skew.Add(int64(acdirmax - 5*time.Second))
+	public("acdirmax less 5s after root's MKDIR", true)
+	skew.Add(int64(10 * time.Second))
+	public("acdirmax and 5s after root's MKDIR", false)
+	// A new creation owned by root: for another acdirmax from it.
+	check(t, os.Mkdir(m.path("top/again"), 0o700))
+	public("just after another MKDIR", true)
+	skew.Add(int64(acdirmax - 5*time.Second))
+	public("acdirmax less 5s after the other MKDIR", true)
+	skew.Add(int64(10 * time.Second))
+	public("acdirmax and 5s after the other MKDIR", false)
 }

@@ -111,11 +111,18 @@ func parseCall(req *sunrpc.Request) (sentCall, bool) {
 // mountRecorded mounts srv with every NFS call recorded.
 func mountRecorded(t *testing.T, srv *fusefstest.Server, o *Options, mc MountConfig) (*mounted, *recorder) {
 	t.Helper()
+	return mountRecordedSetup(t, srv, o, mc, nil)
+}
+
+// mountRecordedSetup is mountRecorded with setup called on the FS before it
+// is mounted (see mountGoNFSSetup).
+func mountRecordedSetup(t *testing.T, srv *fusefstest.Server, o *Options, mc MountConfig, setup func(*FS)) (*mounted, *recorder) {
+	t.Helper()
 	rec := &recorder{}
-	m := mountGoNFSConfig(t, srv, o, func(tr sunrpc.Transport) sunrpc.Transport {
+	m := mountGoNFSSetup(t, srv, o, func(tr sunrpc.Transport) sunrpc.Transport {
 		rec.Transport = tr
 		return rec
-	}, mc)
+	}, mc, setup)
 	return m, rec
 }
 

@@ -10,8 +10,9 @@ import (
 
 // The backends of the test server (see fusefstest).
 const (
-	backendMem  = fusefstest.Mem
-	backendDisk = fusefstest.Disk
+	backendMem          = fusefstest.Mem
+	backendDisk         = fusefstest.Disk
+	backendDiskSquashed = fusefstest.DiskSquashed
 )
 
 func startGoNFS(t testing.TB, backend string) *fusefstest.Server {
