@@ -107,7 +107,7 @@ type endpoint struct {
 	closed  atomic.Bool
 	// removedDev is the address of the libibverbs device a
 	// DEVICE_REMOVAL named (0: none), only ever compared.
-	removedDev atomic.Uintptr
+	removedDev   atomic.Uintptr
 	removedFiles atomic.Pointer[C.struct_nr_dev_files] // its context's files
 }
 

@@ -24,7 +24,7 @@ import (
 // stops when an id is made again or every device it watched is gone.
 var cmIdle struct {
 	mu   sync.Mutex
-	ids  int                // live rdma_cm ids (endpoints and listeners)
+	ids  int                               // live rdma_cm ids (endpoints and listeners)
 	devs map[uintptr]C.struct_nr_dev_files // device → its context's files
 	// The watcher, while it runs: closing stop ends it, done is closed
 	// when it has ended.
