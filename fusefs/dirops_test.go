@@ -132,6 +132,24 @@ func TestNamesOtherClient(t *testing.T) {
 	}
 }
 
+// TestNamesLookupCachePos: with lookupcache=pos, a name another client
+// makes in a directory this mount made is found at once, attribute
+// timeouts notwithstanding (with lookupcache=all it is found when the
+// directory's attributes expire: TestNamesOtherClient).
+func TestNamesLookupCachePos(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	o := DefaultOptions()
+	o.LookupCache = LookupCachePositive
+	o.AcDirMin, o.AcDirMax = time.Minute, time.Minute
+	m := mountGoNFS(t, srv, &o)
+	check(t, os.Mkdir(m.path("own"), 0o755))
+	check(t, os.Mkdir(m.path("own/mine"), 0o755))
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "own", "theirs"), []byte("x"), 0o644))
+	if b, err := os.ReadFile(m.path("own/theirs")); err != nil || string(b) != "x" {
+		t.Fatalf("lookupcache=pos: read the other client's new file at once: %q, %v", b, err)
+	}
+}
+
 // TestLookupCacheNone: with lookupcache=none a missing name is asked of the
 // server each time (no negative entry, no names known).
 func TestLookupCacheNone(t *testing.T) {
