@@ -160,6 +160,24 @@ func makeAndStat(t *testing.T, m *mounted, p string, times int) uint64 {
 	})
 }
 
+// topPublic returns a check of whether root's work in the mount's 0700
+// directory "top" is answered by the kernel (a FUSE LOOKUP for each new
+// name only: public), or not (one more for every stat: private), each time
+// with a new file made and statted 3 times.
+func topPublic(t *testing.T, m *mounted) func(what string, want bool) {
+	const stats = 3
+	file := 0
+	return func(what string, want bool) {
+		t.Helper()
+		file++
+		l := makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
+		t.Logf("%s: a file made and statted %d times: %d FUSE LOOKUPs", what, stats, l)
+		if got := l <= 1; got != want {
+			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d FUSE LOOKUPs; want public %v", what, stats, l, want)
+		}
+	}
+}
+
 // TestPrivateDirRootUnsquashed: where root's creations come back owned by
 // root, the server does not squash root, and a 0700 directory (cp -a and
 // tar -x make each one so, and set its mode at the end) is not private:
@@ -200,20 +218,7 @@ func TestPrivateDirSquashEvidence(t *testing.T) {
 	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
 	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
 	check(t, os.Mkdir(m.path("top"), 0o700))
-	const stats = 3
-	file := 0
-	// public reports whether root's work in top is answered by the
-	// kernel (a FUSE LOOKUP for the new name only), or private (one more
-	// for every stat).
-	public := func(what string, want bool) {
-		t.Helper()
-		file++
-		l := makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
-		t.Logf("%s: a file made and statted %d times: %d FUSE LOOKUPs", what, stats, l)
-		if got := l <= 1; got != want {
-			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d FUSE LOOKUPs; want public %v", what, stats, l, want)
-		}
-	}
+	public := topPublic(t, m)
 	public("root's MKDIR owned by root", true)
 
 	// Root's LOOKUP refused: squashed.
@@ -260,17 +265,7 @@ func TestPrivateDirUnsquashedLapses(t *testing.T) {
 	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
 	acdirmax := m.fsys.opts.AcDirMax
 	check(t, os.Mkdir(m.path("top"), 0o700))
-	const stats = 3
-	file := 0
-	public := func(what string, want bool) {
-		t.Helper()
-		file++
-		l := makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
-		t.Logf("%s: a file made and statted %d times: %d FUSE LOOKUPs", what, stats, l)
-		if got := l <= 1; got != want {
-			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d FUSE LOOKUPs; want public %v", what, stats, l, want)
-		}
-	}
+	public := topPublic(t, m)
 	// The clock is moved on by less than acdirmax, then past it.
 	skew.Add(int64(acdirmax - 5*time.Second))
 	public("acdirmax less 5s after root's MKDIR", true)

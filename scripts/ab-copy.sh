@@ -39,7 +39,4 @@ for round in $(seq 1 "${ROUNDS:-6}"); do
 done | tee "$out"
 echo "us per file above; B/A of files per second:"
 awk '{print $1, $2, $3, 1e6/$4}' "$out" | awk -f scripts/ab-summary.awk
-for side in A B; do
-	echo "== $side"
-	"./$(eval echo \$$side)" stats "/mnt/ab-$side" | grep -E "nfsrdma-fuse:|^\s+(LOOKUP|GETATTR|ACCESS|CREATE|MKDIR|SETATTR|WRITE|COMMIT):"
-done
+ab_stats "nfsrdma-fuse:|^\s+(LOOKUP|GETATTR|ACCESS|CREATE|MKDIR|SETATTR|WRITE|COMMIT):"

@@ -38,7 +38,4 @@ for round in $(seq 1 "${ROUNDS:-6}"); do
 done | tee "$out"
 echo "us per operation above; B/A of operations per second:"
 awk '{print $1, $2, $3, 1e6/$4}' "$out" | awk -f scripts/ab-summary.awk
-for side in A B; do
-	echo "== $side"
-	"./$(eval echo \$$side)" stats "/mnt/ab-$side" | grep -E "^\s+(LOOKUP|READDIRPLUS|RENAME|MKDIR|CREATE):"
-done
+ab_stats "^\s+(LOOKUP|READDIRPLUS|RENAME|MKDIR|CREATE):"

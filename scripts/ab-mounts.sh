@@ -1,4 +1,5 @@
-# Sourced by the A/B scripts (ab-mount.sh, ab-bufwrite.sh), in the guest:
+# Sourced by the A/B scripts (ab-mount.sh, ab-bufwrite.sh, ab-meta.sh,
+# ab-copy.sh), in the guest:
 # checks A and B, mounts the kernel's NFS/RDMA client at /mnt/ab-kernel and
 # the two nfsrdma-mount binaries at /mnt/ab-A and /mnt/ab-B, all on the
 # same export, and unmounts them and removes AB_FILES (paths under the
@@ -28,4 +29,12 @@ ab_mount() {
 	"./$B" -o proto=rdma,vers=3 "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
 	pidA=$(pgrep -f "nfsrdma-mount.* /mnt/ab-A\$" | head -1)
 	pidB=$(pgrep -f "nfsrdma-mount.* /mnt/ab-B\$" | head -1)
+}
+# ab_stats PATTERN: each mount server's `nfsrdma-mount stats` lines that
+# match the extended regular expression PATTERN, under its side's name.
+ab_stats() {
+	for side in A B; do
+		echo "== $side"
+		"./$(eval echo \$$side)" stats "/mnt/ab-$side" | grep -E "$1"
+	done
 }
