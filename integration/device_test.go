@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/verbs/ibv"
 	"github.com/nfsrdma/nfsrdma/xprt"
 )
 
@@ -273,6 +275,78 @@ func TestXprtDeviceRemovalRXE(t *testing.T) {
 	t.Logf("device deleted in %v with the client connected; I/O going again %v after rxe0 came back; %d READs and %d WRITEs of %d KiB verified",
 		deleted.Round(time.Millisecond), recovered.Round(time.Millisecond), reads.Load(), writes.Load(), chunk>>10)
 	_ = context.Background
+}
+
+// TestDeviceRemovalWhileRedialing: a process whose connections are closed
+// (no rdma_cm id left) but that keeps trying to connect to a server that
+// refuses it, an id made and destroyed every 200 ms as a reconnecting
+// client makes them, does not keep a removed device: `rdma link delete`
+// returns. The binding watches the devices of a process without ids and
+// lets a removed one go; a watch put off by every new id (it used to start
+// its period again each time) never looked, and the delete waited for the
+// process to exit.
+func TestDeviceRemovalWhileRedialing(t *testing.T) {
+	t.Cleanup(func() { restoreRXE(t) })
+	n := dialRDMA(t, xprt.Config{})
+	ctx := ctxT(t, 2*time.Minute)
+	if _, err := n.c.Getattr(ctx, n.root); err != nil {
+		t.Fatal(err)
+	}
+	n.c.Close() // no id left: librdmacm keeps its context of rxe0
+	fab, err := ibv.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := netip.AddrPortFrom(nfsRDMA.Addr(), 1) // nobody listens there
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var attempts atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			tr, err := xprt.Dial(dctx, xprt.Config{Fabric: fab, Addr: refused})
+			cancel()
+			attempts.Add(1)
+			if err == nil {
+				tr.Close()
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(time.Second) // attempts going
+	start := time.Now()
+	out, err := runWithin(30*time.Second, "rdma", "link", "delete", "rxe0")
+	if err != nil {
+		deviceHolders(t)
+		t.Fatalf("rdma link delete rxe0 while the process redials (%d attempts): %v\n%s", attempts.Load(), err, out)
+	}
+	t.Logf("rdma link delete rxe0 returned in %v, %d connection attempts meanwhile", time.Since(start).Round(time.Millisecond), attempts.Load())
+}
+
+// runWithin runs a command and returns its output, or an error once it has
+// not returned within d (it is left running).
+func runWithin(d time.Duration, name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	var out []byte
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		out, err = cmd.CombinedOutput()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return out, err
+	case <-time.After(d):
+		return nil, fmt.Errorf("still running after %v", d)
+	}
 }
 
 // describeChunk says what a chunk of the device test's WRITE file holds:
