@@ -190,18 +190,11 @@ func TestXprtDeviceRemovalRXE(t *testing.T) {
 	waitCount("WRITEs", &writes, 5)
 
 	start := time.Now()
-	del := exec.Command("rdma", "link", "delete", "rxe0")
-	done := make(chan error, 1)
-	var out []byte
-	go func() {
-		var err error
-		out, err = del.CombinedOutput()
-		done <- err
-	}()
+	done := startCmd("rdma", "link", "delete", "rxe0")
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("rdma link delete rxe0: %v\n%s", err, out)
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("rdma link delete rxe0: %v\n%s", r.err, r.out)
 		}
 	case <-time.After(30 * time.Second):
 		t.Errorf("rdma link delete rxe0 still waits after 30 s: something holds the device (%s)", n.tr.Counters())
@@ -322,31 +315,33 @@ func TestDeviceRemovalWhileRedialing(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 	time.Sleep(time.Second) // attempts going
 	start := time.Now()
-	out, err := runWithin(30*time.Second, "rdma", "link", "delete", "rxe0")
-	if err != nil {
+	select {
+	case r := <-startCmd("rdma", "link", "delete", "rxe0"):
+		if r.err != nil {
+			t.Fatalf("rdma link delete rxe0 while the process redials: %v\n%s", r.err, r.out)
+		}
+	case <-time.After(30 * time.Second):
 		deviceHolders(t)
-		t.Fatalf("rdma link delete rxe0 while the process redials (%d attempts): %v\n%s", attempts.Load(), err, out)
+		t.Fatalf("rdma link delete rxe0 still waits after 30 s while the process redials (%d attempts)", attempts.Load())
 	}
 	t.Logf("rdma link delete rxe0 returned in %v, %d connection attempts meanwhile", time.Since(start).Round(time.Millisecond), attempts.Load())
 }
 
-// runWithin runs a command and returns its output, or an error once it has
-// not returned within d (it is left running).
-func runWithin(d time.Duration, name string, args ...string) ([]byte, error) {
-	cmd := exec.Command(name, args...)
-	var out []byte
-	done := make(chan error, 1)
+// cmdResult is what a command started by startCmd printed and returned.
+type cmdResult struct {
+	out []byte
+	err error
+}
+
+// startCmd runs a command in the background; its result comes on the
+// channel (buffered: a caller that stops waiting leaves nothing blocked).
+func startCmd(name string, args ...string) <-chan cmdResult {
+	c := make(chan cmdResult, 1)
 	go func() {
-		var err error
-		out, err = cmd.CombinedOutput()
-		done <- err
+		out, err := exec.Command(name, args...).CombinedOutput()
+		c <- cmdResult{out, err}
 	}()
-	select {
-	case err := <-done:
-		return out, err
-	case <-time.After(d):
-		return nil, fmt.Errorf("still running after %v", d)
-	}
+	return c
 }
 
 // describeChunk says what a chunk of the device test's WRITE file holds:
