@@ -415,10 +415,11 @@ func (ep *endpoint) Close() error {
 func (f *Fabric) letRemovedDeviceGo(dev uintptr, files C.struct_nr_dev_files) {
 	go func() {
 		for i := 0; i < 600; i++ {
-			if C.nr_dev_listed(C.uintptr_t(dev)) == 0 && releaseRemovedDevice(&files) {
+			if C.nr_dev_listed(C.uintptr_t(dev)) != 0 {
+				C.nr_sync_cm_devices()
+			} else if releaseRemovedDevice(&files) { // it syncs itself
 				return
 			}
-			C.nr_sync_cm_devices()
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
