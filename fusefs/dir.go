@@ -77,7 +77,11 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(err)
 	}
 	n.entryOut(c, out)
-	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), 0, 0
+	var fuseFlags uint32
+	if flags&syscall.O_DIRECT != 0 {
+		fuseFlags = directIOFlags
+	}
+	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), fuseFlags, 0
 }
 
 // Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).

@@ -137,8 +137,23 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// closing process's locks.
 		fuseFlags |= fuse.FOPEN_NOFLUSH
 	}
+	if errno == 0 && flags&syscall.O_DIRECT != 0 {
+		fuseFlags |= directIOFlags
+	}
 	return fh, fuseFlags, errno
 }
+
+// directIOFlags are a direct (O_DIRECT) open's: the kernel sends its reads
+// and writes straight to the mount server (FOPEN_DIRECT_IO), as the kernel
+// NFS client sends them straight to the server. Through the page cache's
+// path instead, FUSE re-reads the attributes before a read once a write
+// made it forget them (auto_inval_data): a GETATTR request, answered here
+// from the trusted attributes but a round trip all the same, ahead of
+// every read after a write (fio's randrw), and it cuts a direct read at
+// the size it has cached, where the kernel client's reads see a file that
+// grew. Its price, on kernels without FUSE_DIRECT_IO_ALLOW_MMAP (before
+// 6.6): a shared mmap(2) of such a descriptor fails with ENODEV.
+const directIOFlags = fuse.FOPEN_DIRECT_IO
 
 func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	asRoot := n.fsys.rootCalls(ctx)

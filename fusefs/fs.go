@@ -261,7 +261,10 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		// client leaves it to knfsd: without it the FUSE kernel sends its
 		// own SETATTR of the mode first, as the writer, which the server
 		// refuses for a non-owner (EPERM from write(2)).
-		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2,
+		//
+		// A shared mmap(2) of a file opened O_DIRECT (directIOFlags) is
+		// allowed where the kernel can (DIRECT_IO_ALLOW_MMAP, Linux 6.6).
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
 		DirectMount:       mc.DirectMount,
 		DirectMountStrict: mc.DirectMountStrict,
 		Debug:             mc.Debug,

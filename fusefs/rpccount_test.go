@@ -427,6 +427,7 @@ func TestRPCDirectReadWriteNoGetattr(t *testing.T) {
 	check(t, err)
 	defer f.Close()
 	from := rec.mark()
+	fuseBefore := fuseRequests(m)
 	// Readers and a writer at once, as fio's randrw keeps both in flight:
 	// the kernel's size checks then come after READs moved the atime.
 	var wg sync.WaitGroup
@@ -462,6 +463,11 @@ func TestRPCDirectReadWriteNoGetattr(t *testing.T) {
 	wg.Wait()
 	if g := len(rec.since(from, nfs3.ProcGetattr)); g > 2 {
 		t.Errorf("%d direct reads and %d writes at once sent %d GETATTRs, want at most 2", 4*n, n/2, g)
+	}
+	// Nor does the kernel ask the mount server: a direct open's reads do
+	// not re-read the attributes a write made the kernel forget.
+	if g := fuseRequests(m)["GETATTR"] - fuseBefore["GETATTR"]; g > 2 {
+		t.Errorf("%d direct reads and %d writes at once made %d FUSE GETATTR requests, want at most 2", 4*n, n/2, g)
 	}
 	p := make([]byte, 4096)
 	from = rec.mark()
