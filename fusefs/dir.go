@@ -417,9 +417,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // OpendirHandle implements fs.NodeOpendirHandler: the listing is read with
 // READDIRPLUS, whose attributes and handles answer the kernel's
-// readdirplus lookups without more calls.
+// readdirplus lookups without more calls, and kept by the kernel for the
+// opens soon after (dircache.go).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	return &dirHandle{n: n}, 0, 0
+	cache := n.listCacheFlags(ctx)
+	return &dirHandle{n: n, cached: cache != 0}, cache, 0
 }
 
 // dirHandle is an open directory: a cursor over READDIRPLUS pages (RFC 1813
@@ -445,6 +447,13 @@ type dirHandle struct {
 	// asked for must be new, and a listing has at most MaxDirEntries.
 	cookies map[nfs3.Cookie]struct{} // of the entries in seen (not "." or "..")
 	asked   map[nfs3.Cookie]struct{} // READDIRPLUS cookies since the start or seek
+
+	// cached: opened for the kernel's listing cache, whose offsets this
+	// handle may be asked to seek to without having handed them out;
+	// catchUp: entries to read and pass over from the start to reach
+	// such an offset (see Seekdir).
+	cached  bool
+	catchUp int
 }
 
 // MaxDirEntries bounds the entries of one directory listing (the memory
@@ -506,6 +515,9 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			return nil, errDirLoop
 		}
 		d.seen = append(d.seen, dirPos{cookie: e.Cookie, dot: dot})
+		if len(d.seen) <= d.catchUp {
+			continue
+		}
 		d.last = e
 		de := &fuse.DirEntry{Name: e.Name, Ino: ino(e.FileID), Off: uint64(len(d.seen))}
 		if e.Attr != nil {
@@ -525,6 +537,9 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		return errDirLoop
 	}
 	d.asked[d.next] = struct{}{}
+	if d.cached && d.next == 0 && len(d.seen) == 0 && d.catchUp == 0 {
+		d.n.listCacheFilling()
+	}
 	var r nfs3.ReaddirplusResult
 	err := d.n.do(ctx, func(dir nfs3.FileHandle) (err error) {
 		r, err = d.n.fsys.c.Readdirplus(ctx, dir, d.next, d.verf, 0, 0)
@@ -547,10 +562,23 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 // "." or "..", whose cookies some servers cannot resume from (go-nfs gives
 // "." cookie 0, which means the start): the listing then starts over and
 // passes over the entries up to the offset.
+//
+// A handle opened for the kernel's listing cache may be asked for an
+// offset the cache handed out (the cache was dropped under a reader, the
+// directory having changed): the listing starts over and reads its way
+// to it, as a reader that had read that far would be.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	if off > uint64(len(d.seen)) {
-		return syscall.EINVAL
+		if !d.cached || off > MaxDirEntries {
+			return syscall.EINVAL
+		}
+		d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
+		clear(d.asked)
+		clear(d.cookies)
+		d.seen, d.next, d.verf, d.catchUp = d.seen[:0], 0, nfs3.CookieVerf{}, int(off)
+		return 0
 	}
+	d.catchUp = 0
 	d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
 	clear(d.asked)
 	for _, p := range d.seen[off:] {

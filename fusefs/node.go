@@ -110,6 +110,10 @@ type node struct {
 	// the server last said of root's search permission.
 	entryUntil time.Time
 	rootSearch rootVerdict
+
+	// When the kernel last began to fill its cache of the directory's
+	// listing (see dircache.go).
+	listCachedAt time.Time
 }
 
 // plusEntry is one entry of a READDIRPLUS reply.
