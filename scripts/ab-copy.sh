@@ -5,7 +5,9 @@
 # scripts/ab-mount.sh: both binaries and the kernel's mount at once in one
 # boot, alternating order by round; the median of the rounds' B/A ratios
 # of files per second (above 1: B is faster), then each mount server's
-# FUSE LOOKUP requests and RPCs.
+# FUSE LOOKUP requests and RPCs. After each copy, and the diff that checks
+# it, ls -lR of the copy twice (the second timed: a listing again soon
+# after) and its rm -rf are timed too.
 #
 #   _build/testbed run -timeout 30m -env A=_build/nfsrdma-mount.old -env B=_build/nfsrdma-mount \
 #       -- bash scripts/ab-copy.sh
@@ -26,6 +28,7 @@ perl -e '
 		open(F, ">", "$d/s$i.c") or die; print F "x" x (1024 * (1 + int(rand(64)))); close F;
 	}'
 t() { local s; s=$(date +%s%N); "$@"; echo $((($(date +%s%N) - s) / 1000)); }
+lsq() { ls -lR "$1" >/dev/null; }
 for round in $(seq 1 "${ROUNDS:-6}"); do
 	order="kernel A B"
 	[ $((round % 2)) = 0 ] && order="B A kernel"
@@ -34,9 +37,13 @@ for round in $(seq 1 "${ROUNDS:-6}"); do
 		us=$(t cp -a "$src/t" "$d")
 		echo "r$round $side cp-a $((us / N))"
 		diff -r "$src/t" "$d" >/dev/null || echo "r$round $side: the copy differs" >&2
-		rm -rf "$d"
+		ls -lR "$d" >/dev/null
+		us2=$(t lsq "$d")
+		echo "r$round $side ls-lR-again $((us2 / N))"
+		us=$(t rm -rf "$d")
+		echo "r$round $side rm-rf $((us / N))"
 	done
 done | tee "$out"
-echo "us per file above; B/A of files per second:"
+echo "us per file above (ls-lR-again: a second ls -lR right after a first); B/A of files per second:"
 awk '{print $1, $2, $3, 1e6/$4}' "$out" | awk -f scripts/ab-summary.awk
-ab_stats "nfsrdma-fuse:|^\s+(LOOKUP|GETATTR|ACCESS|CREATE|MKDIR|SETATTR|WRITE|COMMIT):"
+ab_stats "nfsrdma-fuse:|^\s+(LOOKUP|GETATTR|ACCESS|CREATE|MKDIR|SETATTR|WRITE|COMMIT|READDIRPLUS|REMOVE|RMDIR):"
