@@ -34,10 +34,17 @@ const faultInjectEnv = "NFSRDMA_FAULT_INJECT"
 
 // mountReaddirplus lists a directory of n entries through the mount (each
 // listing is a FUSE opendir, READDIRPLUS at the server) and checks every
-// name is there.
+// name is there. Before each listing the directory's times are set to the
+// server's clock through the mount (a SETATTR, which a retransmission
+// repeats harmlessly; the directory must be writable by the caller): the
+// kernel's copy of the listing is dropped with the old modification
+// time, so the listings reach the server.
 func mountReaddirplus(dir string, n int) *workload {
 	return &workload{name: "mount directory listing (READDIRPLUS)",
 		step: func(ctx context.Context, w *workload) error {
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, dir, nil, 0); err != nil {
+				return fmt.Errorf("touching the directory: %w", err)
+			}
 			ents, err := os.ReadDir(dir)
 			if err != nil {
 				return err
@@ -94,6 +101,9 @@ func TestFaultsMountConnectionLost(t *testing.T) {
 	sdir := exportSubdir(t, sub)
 	readFiles := serverFiles(t, sdir, "r", 3, 2<<20)
 	serverDirEntries(t, filepath.Join(sdir, "dir"), 300)
+	if err := os.Chmod(filepath.Join(sdir, "dir"), 0o777); err != nil { // see mountReaddirplus
+		t.Fatal(err)
+	}
 	t.Setenv(faultInjectEnv, "1")
 	mnt := mountNFSRDMA(t, bin)
 	mdir := filepath.Join(mnt, sub)
