@@ -77,11 +77,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(err)
 	}
 	n.entryOut(c, out)
-	var fuseFlags uint32
-	if flags&syscall.O_DIRECT != 0 {
-		fuseFlags = directIOFlags
-	}
-	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), fuseFlags, 0
+	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), directIOFlags(flags), 0
 }
 
 // Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).
@@ -568,19 +564,17 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 // directory having changed): the listing starts over and reads its way
 // to it, as a reader that had read that far would be.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	if off > uint64(len(d.seen)) {
-		if !d.cached || off > MaxDirEntries {
-			return syscall.EINVAL
-		}
-		d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
-		clear(d.asked)
+	catchUp := off > uint64(len(d.seen))
+	if catchUp && (!d.cached || off > MaxDirEntries) {
+		return syscall.EINVAL
+	}
+	d.page, d.pos, d.eof, d.last, d.skip, d.catchUp = nil, 0, false, nil, 0, 0
+	clear(d.asked)
+	if catchUp {
 		clear(d.cookies)
 		d.seen, d.next, d.verf, d.catchUp = d.seen[:0], 0, nfs3.CookieVerf{}, int(off)
 		return 0
 	}
-	d.catchUp = 0
-	d.page, d.pos, d.eof, d.last, d.skip = nil, 0, false, nil, 0
-	clear(d.asked)
 	for _, p := range d.seen[off:] {
 		if !p.dot {
 			delete(d.cookies, p.cookie)

@@ -42,18 +42,19 @@ func (n *node) listCacheFlags(ctx context.Context) uint32 {
 	}
 	now := f.now()
 	n.mu.Lock()
-	mode, fsid, at := n.attrs.attr.Mode, n.attrs.attr.FSID, n.listCachedAt
+	mode, fsid := n.attrs.attr.Mode, n.attrs.attr.FSID
+	old := !n.listCachedAt.IsZero() && now.Sub(n.listCachedAt) >= f.plusFresh()
+	if old {
+		n.listCachedAt = time.Time{}
+	}
 	n.mu.Unlock()
 	if f.shared && f.rootCalls(ctx) && mode&0o004 == 0 && !f.squash.unsquashed(fsid, now) {
-		return 0
+		return 0 // the kernel drops its copy: no FOPEN_KEEP_CACHE
 	}
-	if !at.IsZero() && now.Sub(at) >= f.plusFresh() {
+	if old {
 		// The kernel's copy is too old: dropped, so that this open
 		// fills a new one from the server. The directory's attributes
 		// go too, and come back from this mount's cache.
-		n.mu.Lock()
-		n.listCachedAt = time.Time{}
-		n.mu.Unlock()
 		if errno := n.NotifyContent(0, 0); errno != 0 {
 			f.log.Debug("dropping the kernel's listing of a directory", "errno", errno)
 			return 0

@@ -137,13 +137,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		// closing process's locks.
 		fuseFlags |= fuse.FOPEN_NOFLUSH
 	}
-	if errno == 0 && flags&syscall.O_DIRECT != 0 {
-		fuseFlags |= directIOFlags
+	if errno == 0 {
+		fuseFlags |= directIOFlags(flags)
 	}
 	return fh, fuseFlags, errno
 }
 
-// directIOFlags are a direct (O_DIRECT) open's: the kernel sends its reads
+// directIOFlags returns the FUSE open flags of a file opened with flags
+// (Open, Create): for a direct (O_DIRECT) open, the kernel sends its reads
 // and writes straight to the mount server (FOPEN_DIRECT_IO), as the kernel
 // NFS client sends them straight to the server. Through the page cache's
 // path instead, FUSE re-reads the attributes before a read once a write
@@ -153,7 +154,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // the size it has cached, where the kernel client's reads see a file that
 // grew. Its price, on kernels without FUSE_DIRECT_IO_ALLOW_MMAP (before
 // 6.6): a shared mmap(2) of such a descriptor fails with ENODEV.
-const directIOFlags = fuse.FOPEN_DIRECT_IO
+func directIOFlags(flags uint32) uint32 {
+	if flags&syscall.O_DIRECT != 0 {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	return 0
+}
 
 func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	asRoot := n.fsys.rootCalls(ctx)
