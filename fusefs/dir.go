@@ -450,6 +450,12 @@ type dirHandle struct {
 	// such an offset (see Seekdir).
 	cached  bool
 	catchUp int
+
+	// kept: the directory's kept listing this handle began or reads
+	// (dircache.go); fromKept: page is one of its pages, not a reply to
+	// this handle.
+	kept     *keptListing
+	fromKept bool
 }
 
 // MaxDirEntries bounds the entries of one directory listing (the memory
@@ -533,8 +539,18 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		return errDirLoop
 	}
 	d.asked[d.next] = struct{}{}
-	if d.cached && d.next == 0 && len(d.seen) == 0 && d.catchUp == 0 {
-		d.n.listCacheFilling()
+	filling := d.cached && d.next == 0 && len(d.seen) == 0 && d.catchUp == 0
+	if d.cached {
+		if p, ok := d.keptPage(d.next); ok {
+			if filling {
+				d.n.listCacheFilling(p.at)
+			}
+			d.page, d.pos, d.eof, d.verf, d.at, d.fromKept = p.entries, 0, p.eof, p.verf, p.at, true
+			return 0
+		}
+	}
+	if filling {
+		d.n.listCacheFilling(d.n.fsys.now())
 	}
 	var r nfs3.ReaddirplusResult
 	err := d.n.do(ctx, func(dir nfs3.FileHandle) (err error) {
@@ -548,7 +564,10 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	if len(r.Entries) == 0 && !r.EOF {
 		return syscall.EIO // a page that does not advance
 	}
-	d.page, d.pos, d.eof, d.verf, d.at = r.Entries, 0, r.EOF, r.Verf, d.n.fsys.now()
+	if d.cached {
+		d.keepPage(d.next, &r)
+	}
+	d.page, d.pos, d.eof, d.verf, d.at, d.fromKept = r.Entries, 0, r.EOF, r.Verf, d.n.fsys.now(), false
 	d.n.putPlus(r.Entries)
 	return 0
 }
@@ -597,6 +616,13 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		return d.n.Lookup(ctx, name, out)
 	}
 	d.n.dropPlus(name)
+	if d.fromKept {
+		// A kept page's attributes never replace ones learned since.
+		if c, newer := d.newerAttrs(name, e.FH, d.at); newer {
+			d.n.entryOut(c, out)
+			return c.EmbeddedInode(), 0
+		}
+	}
 	c, unchanged := d.n.child(ctx, name, e.FH, e.Attr)
 	// An open soon after takes these attributes as its revalidation, as
 	// it would a LOOKUP's (see Open).

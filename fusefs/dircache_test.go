@@ -182,3 +182,113 @@ func TestListCacheSeek(t *testing.T) {
 		t.Errorf("Seekdir(%d) on a fresh handle not opened for the copy: %v, want EINVAL", off, errno)
 	}
 }
+
+// readSome opens dir through the mount, reads n entries and closes it, as
+// GNU rm -rf's first open of a directory does: the kernel's copy of the
+// listing stays incomplete.
+func readSome(t *testing.T, dir string, n int) {
+	t.Helper()
+	f, err := os.Open(dir)
+	check(t, err)
+	defer f.Close()
+	ents, err := f.ReadDir(n)
+	check(t, err)
+	if len(ents) != n {
+		t.Fatalf("read %d entries of %s, want %d", len(ents), dir, n)
+	}
+}
+
+// TestListKept: a directory whose first open read only its first page
+// (rm -rf's) is read whole by the next open from the READDIRPLUS replies
+// the first got, with no call; the files' attributes learned since those
+// replies (a write through the mount) are not taken back by them; a
+// change through the mount, or a listing older than plusFresh, goes to the
+// server again.
+func TestListKept(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	const n = 60 // more than one FUSE READDIRPLUS page
+	oldDir(t, srv.Dir, n)
+	var skew atomic.Int64
+	m, _ := mountRecordedSetup(t, srv, nil, MountConfig{}, func(f *FS) {
+		f.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	d := opDeltas(m)
+	readSome(t, m.path("d"), 1)
+	if rp := d(nfs3.ProcReaddirplus); rp == 0 {
+		t.Fatalf("first open: no READDIRPLUS call")
+	}
+	// A file of the listing written through the mount after it.
+	check(t, os.WriteFile(m.path("d/old0"), []byte("grown"), 0o644))
+	d = opDeltas(m)
+	names := listNames(t, m.path("d"))
+	if len(names) != n {
+		t.Errorf("second open: %d names, want %d", len(names), n)
+	}
+	if rp := d(nfs3.ProcReaddirplus); rp != 0 {
+		t.Errorf("second open, soon after a first that read one page: %d READDIRPLUS calls, want none", rp)
+	}
+	if st, err := os.Stat(m.path("d/old0")); err != nil || st.Size() != 5 {
+		t.Errorf("stat of a file written after the kept listing: %v, %v; want size 5", st, err)
+	}
+
+	// A change through the mount: listed from the server, with it.
+	readSome(t, m.path("d"), 1)
+	check(t, os.WriteFile(m.path("d/mine"), nil, 0o644))
+	d = opDeltas(m)
+	if got := listNames(t, m.path("d")); !slices.Contains(got, "mine") || len(got) != n+1 {
+		t.Errorf("after a create through the mount: %d names (mine listed: %v), want %d", len(got), slices.Contains(got, "mine"), n+1)
+	}
+	if rp := d(nfs3.ProcReaddirplus); rp == 0 {
+		t.Errorf("after a create through the mount: listed with no READDIRPLUS call")
+	}
+
+	// Another client's file, and the kept replies older than plusFresh.
+	readSome(t, m.path("d"), 1)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "d", "theirs"), nil, 0o644))
+	skew.Add(int64(m.fsys.plusFresh() + time.Second))
+	d = opDeltas(m)
+	if got := listNames(t, m.path("d")); !slices.Contains(got, "theirs") {
+		t.Errorf("kept replies older than %v: %d names without theirs", m.fsys.plusFresh(), len(got))
+	}
+	if rp := d(nfs3.ProcReaddirplus); rp == 0 {
+		t.Errorf("kept replies older than %v: listed with no READDIRPLUS call", m.fsys.plusFresh())
+	}
+}
+
+// TestKeptListsBound: the mount keeps at most maxKeptDirs listings, the
+// oldest dropped first, and none older than plusFresh.
+func TestKeptListsBound(t *testing.T) {
+	var kl keptLists
+	now := time.Now()
+	const fresh = time.Minute
+	nodes := make([]*node, maxKeptDirs+1)
+	for i := range nodes {
+		nodes[i] = &node{}
+		l := &keptListing{at: now}
+		nodes[i].kept = l
+		if !kl.add(nodes[i], l, 10, true, now, fresh) {
+			t.Fatalf("listing %d refused", i)
+		}
+	}
+	if nodes[0].kept != nil || nodes[1].kept == nil {
+		t.Errorf("after %d listings: the first kept %v, the second %v; want only the first dropped", len(nodes), nodes[0].kept != nil, nodes[1].kept != nil)
+	}
+	if kl.dirs != maxKeptDirs || kl.entries != 10*maxKeptDirs {
+		t.Errorf("%d listings and %d entries counted, want %d and %d", kl.dirs, kl.entries, maxKeptDirs, 10*maxKeptDirs)
+	}
+	if kl.add(&node{}, &keptListing{at: now}, maxKeptEntries+1, true, now, fresh) {
+		t.Errorf("a listing larger than maxKeptEntries was kept")
+	}
+	late := now.Add(fresh)
+	x := &node{}
+	x.kept = &keptListing{at: late}
+	kl.add(x, x.kept, 1, true, late, fresh)
+	for i, n := range nodes {
+		if n.kept != nil {
+			t.Errorf("listing %d kept past plusFresh", i)
+		}
+	}
+	if kl.dirs != 1 || kl.entries != 1 {
+		t.Errorf("after the old ones went: %d listings and %d entries counted, want 1 and 1", kl.dirs, kl.entries)
+	}
+}

@@ -120,6 +120,9 @@ type FS struct {
 	watches watchList // requests in flight, for interrupts (callCtx)
 	// segBufs: read-ahead segments' memory, reused (readahead.go).
 	segBufs segPool
+	// kept: directories' READDIRPLUS replies kept for their next
+	// listing (dircache.go).
+	kept keptLists
 	// wbufs: the memory of writes behind and kept writes, reused (wbuf.go).
 	wbufs   *writeBufs
 	lockers lockFiles // the open files each lock owner locked through (lock.go)

@@ -107,6 +107,7 @@ type nameChange struct {
 func (n *node) dirChanged(w *nfs3.WccData, ok bool, changes ...nameChange) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.kept = nil // the listing changed (kept listings, dircache.go)
 	own := false
 	if (n.namesOK || n.neg != nil) && ok {
 		if w.Before == nil || sameWcc(&n.attrs.attr, w.Before) {

@@ -112,8 +112,10 @@ type node struct {
 	rootSearch rootVerdict
 
 	// When the kernel last began to fill its cache of the directory's
+	// listing, and the READDIRPLUS replies this mount keeps for the next
 	// listing (see dircache.go).
 	listCachedAt time.Time
+	kept         *keptListing
 }
 
 // plusEntry is one entry of a READDIRPLUS reply.
@@ -237,6 +239,7 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	n.atimeStale = false
 	if changed {
 		n.dropNamesLocked() // changed by someone: the names may be too
+		n.kept = nil
 		n.staleData = true
 		n.rootAcc = rootAccessResult{} // its mode or owner may have too
 	}
