@@ -45,6 +45,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, errno
 	}
 	n.dropPlus(name)
+	pid := callerPid(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -77,7 +78,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(err)
 	}
 	n.entryOut(c, out)
-	return c.EmbeddedInode(), c.newOpenFile(ctx, flags), directIOFlags(flags), 0
+	return c.EmbeddedInode(), c.newOpenFile(ctx, flags, pid), directIOFlags(flags), 0
 }
 
 // Mkdir implements fs.NodeMkdirer with MKDIR (RFC 1813 §3.3.9).

@@ -33,6 +33,9 @@ type openFile struct {
 	// lost: a lock taken through this open file was lost across a server
 	// restart; its I/O fails with EIO until it is closed (lock.go).
 	lost, lostLogged atomic.Bool
+	// writer: opened for writing by process pid (see deferSetattr).
+	writer bool
+	pid    uint32
 }
 
 var (
@@ -43,9 +46,11 @@ var (
 	_ fs.FileReleaser = (*openFile)(nil)
 )
 
-// newOpenFile opens a handle on n for the caller of ctx (see FS.callCtx).
-func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
-	f := &openFile{n: n, flags: flags, wctx: n.fsys.ctx}
+// newOpenFile opens a handle on n for the caller of ctx (see FS.callCtx),
+// process pid.
+func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openFile {
+	f := &openFile{n: n, flags: flags, wctx: n.fsys.ctx, pid: pid}
+	f.writer = flags&syscall.O_ACCMODE != syscall.O_RDONLY && pid != 0
 	if cred, ok := sunrpc.CredentialFrom(ctx); ok {
 		f.wctx = sunrpc.WithCredential(n.fsys.ctx, cred)
 	}
@@ -55,6 +60,13 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32) *openFile {
 	}
 	n.mu.Lock()
 	n.opens++
+	if f.writer {
+		if n.writers == nil {
+			n.writers = make(map[uint32]int)
+		}
+		n.writers[f.pid]++
+		delete(n.closedBy, f.pid)
+	}
 	n.mu.Unlock()
 	return f
 }
@@ -163,6 +175,7 @@ func directIOFlags(flags uint32) uint32 {
 
 func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	asRoot := n.fsys.rootCalls(ctx)
+	pid := callerPid(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
@@ -197,7 +210,7 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			n.dataGen.Add(1)
 			n.fsys.events.add(evDataInvalidate)
 		}
-		return n.newOpenFile(ctx, flags), fuseFlags, 0
+		return n.newOpenFile(ctx, flags, pid), fuseFlags, 0
 	}
 	if n.fsys.opts.NoCTO {
 		// nocto: no revalidation of its own. While the cached attributes
@@ -220,7 +233,7 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 				n.dataGen.Add(1)
 				n.fsys.events.add(evDataInvalidate)
 			}
-			return n.newOpenFile(ctx, flags), fuseFlags, 0
+			return n.newOpenFile(ctx, flags, pid), fuseFlags, 0
 		}
 	}
 	// Close-to-open: the attributes as the server has them now. An ACCESS
@@ -266,7 +279,7 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			n.fsys.log.Debug("invalidating cached attributes", "errno", errno)
 		}
 	}
-	return n.newOpenFile(ctx, flags), fuseFlags, 0
+	return n.newOpenFile(ctx, flags, pid), fuseFlags, 0
 }
 
 // Read implements fs.FileReader: through the read-ahead for a sequential
@@ -322,6 +335,11 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	n := f.n
+	// A SETATTR deferred before this write lands first: an explicit
+	// mtime must not be undone by the write, nor set over it.
+	if err := n.flushDeferred(); err != nil {
+		return 0, toErrno(err)
+	}
 	if n.fsys.opts.ReadOnly {
 		return 0, syscall.EROFS
 	}
@@ -715,8 +733,25 @@ func (n *node) requeue(ws []dirtyWrite) {
 // (close-to-open), and reports their failure.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
 	f.flushLocks(ctx)
+	if f.writer {
+		// Its RELEASE may come after its next request: until they
+		// open the file again, the opener's and the closer's SETATTRs
+		// are sent at once (setattr.go).
+		f.n.mu.Lock()
+		if f.n.closedBy == nil {
+			f.n.closedBy = make(map[uint32]struct{})
+		}
+		f.n.closedBy[f.pid] = struct{}{}
+		if pid := callerPid(ctx); pid != 0 {
+			f.n.closedBy[pid] = struct{}{}
+		}
+		f.n.mu.Unlock()
+	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
+	if err := f.n.flushDeferred(); err != nil {
+		return toErrno(err)
+	}
 	return toErrno(f.n.commitDirty(ctx))
 }
 
@@ -727,6 +762,9 @@ func (f *openFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
+	if err := f.n.flushDeferred(); err != nil {
+		return toErrno(err)
+	}
 	return toErrno(f.n.commitDirty(ctx))
 }
 
@@ -741,6 +779,12 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 	n := f.n
 	n.mu.Lock()
 	n.opens--
+	if f.writer {
+		if n.writers[f.pid]--; n.writers[f.pid] <= 0 {
+			delete(n.writers, f.pid)
+			delete(n.closedBy, f.pid)
+		}
+	}
 	last := n.opens == 0
 	silly := n.silly
 	if last {
@@ -752,6 +796,12 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 	n.mu.Unlock()
 	n.fsys.lockers.forget(f)
 	f.releaseLocks(last)
+	if f.writer {
+		// A deferred SETATTR counts on its writer's open (setattr.go).
+		if err := n.flushDeferred(); err != nil {
+			n.fsys.log.Warn("deferred SETATTR at the last close failed", "err", err)
+		}
+	}
 	if !last {
 		return 0
 	}

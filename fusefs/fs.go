@@ -105,6 +105,9 @@ type FS struct {
 	noFlushReads atomic.Bool
 	// noAtime: mounted noatime (see node.atimeStale).
 	noAtime atomic.Bool
+	// noDefer: the server refused a deferred SETATTR as read-only; no
+	// more are deferred (setattr.go).
+	noDefer atomic.Bool
 	// ioGetattrs: the GETATTR requests being served that came through an
 	// open file (FUSE_GETATTR_FH), by their cancel channel (set by the
 	// raw file system, read by node.Getattr through fuse.Context.Cancel).

@@ -116,6 +116,20 @@ type node struct {
 	// listing (see dircache.go).
 	listCachedAt time.Time
 	kept         *keptListing
+
+	// A regular file's open handles for writing, by opener's process,
+	// and the SETATTR deferred until that process's next write, fsync or
+	// close (setattr.go): its attributes, its caller's context, when it
+	// is sent anyway (the timer), and the error of one sent without a
+	// caller to report it to. deferMu is held while one is sent.
+	writers     map[uint32]int
+	closedBy    map[uint32]struct{} // writers that closed a descriptor since they opened one
+	deferred    *nfs3.SetAttr
+	deferredCtx context.Context
+	deferredAt  time.Time // when a time was deferred as the server's
+	deferTimer  *time.Timer
+	deferredErr error
+	deferMu     sync.Mutex
 }
 
 // plusEntry is one entry of a READDIRPLUS reply.
@@ -235,6 +249,7 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	defer n.mu.Unlock()
 	v := *a
 	n.floorSize(&v)
+	n.overlayDeferred(&v)
 	changed = n.attrs.update(v, n.fsys.now(), lo, hi)
 	n.atimeStale = false
 	if changed {
@@ -572,6 +587,7 @@ func (f *FS) ioGetattr(ctx context.Context) bool {
 // Setattr implements fs.NodeSetattrer with SETATTR (RFC 1813 §3.3.2): chmod,
 // chown, truncate and utimens.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -595,6 +611,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	s.Mtime = setTime(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
 	if s == (nfs3.SetAttr{}) {
 		return n.Getattr(ctx, f, out)
+	}
+	if a, timeo, ok := n.deferSetattr(ctx, caller, s); ok {
+		n.fillOut(&out.Attr, &a)
+		out.SetTimeout(timeo)
+		return 0
+	}
+	// One deferred before goes first.
+	if err := n.flushDeferred(); err != nil {
+		return toErrno(err)
 	}
 	// Writes behind land first: a later one would undo a truncation or
 	// an explicit mtime. Gathered writes that are all the file's unsaved

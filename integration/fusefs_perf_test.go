@@ -393,6 +393,54 @@ func TestFusefsSmallFiles(t *testing.T) {
 	}
 }
 
+// TestFusefsTarOwners: tar -x as root, on an export that does not squash
+// root, of files whose owners, modes and times tar sets through the
+// descriptor it wrote them with: one SETATTR per file (the three are
+// deferred to the close and merged, fusefs/setattr.go), and what tar set
+// is at the server when its close returns: tar --compare passes through
+// the kernel's mount as through nfsrdma-mount.
+func TestFusefsTarOwners(t *testing.T) {
+	bin := mountBinary(t)
+	src := t.TempDir()
+	const files = 100
+	for i := range files {
+		dir := filepath.Join(src, "t", fmt.Sprintf("d%d", i/25))
+		os.MkdirAll(dir, 0o755)
+		f := filepath.Join(dir, fmt.Sprintf("f%03d", i))
+		if err := os.WriteFile(f, bytes.Repeat([]byte{byte('a' + i%26)}, 4096), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(f, []os.FileMode{0o600, 0o644, 0o640, 0o755}[i%4])
+		os.Chown(f, 1000+i%3, 1000+i%2)
+		mt := time.Unix(1_000_000_000+int64(i), 0)
+		os.Chtimes(f, mt, mt)
+	}
+	tarball := filepath.Join(t.TempDir(), "t.tar")
+	run(t, "tar", "-C", src, "-cf", tarball, "t")
+	ours := mountNFSRDMASpec(t, bin, insecureExportSpec)
+	kernel := t.TempDir()
+	run(t, "mount", "-t", "nfs", "-o", "vers=3,proto=rdma,port=20049", insecureExportSpec, kernel)
+	t.Cleanup(func() { exec.Command("umount", kernel).Run() })
+	top := fmt.Sprintf("tar-owners-%d", os.Getpid())
+	if err := os.Mkdir(filepath.Join(ours, top), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(insecureExportDir, top)) })
+	before := opLines(t, bin, ours)
+	run(t, "tar", "-C", filepath.Join(ours, top), "-xf", tarball)
+	after := opLines(t, bin, ours)
+	if sa := opCount(after, "SETATTR") - opCount(before, "SETATTR"); sa > files+3*5 {
+		t.Errorf("tar -x of %d files setting owners, modes and times: %d SETATTR calls, want one per file (and three per directory)", files, sa)
+	}
+	for _, m := range []string{ours, kernel} {
+		cmd := exec.Command("tar", "--compare", "-f", tarball)
+		cmd.Dir = filepath.Join(m, top)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("tar --compare through %s: %v\n%s", m, err, out)
+		}
+	}
+}
+
 func opCount(lines, op string) int {
 	m := regexp.MustCompile(`(?m)^\s*` + op + `: calls (\d+)`).FindStringSubmatch(lines)
 	if m == nil {

@@ -121,6 +121,12 @@ func waitNoServer(t *testing.T, bin string) {
 // watchMount. The daemon path itself is tested by TestMountCycles.
 func mountNFSRDMA(t *testing.T, bin string, opts ...string) string {
 	t.Helper()
+	return mountNFSRDMASpec(t, bin, exportSpec, opts...)
+}
+
+// mountNFSRDMASpec is mountNFSRDMA of the export spec (host:path).
+func mountNFSRDMASpec(t *testing.T, bin, spec string, opts ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	o := append([]string{"vers=3", "proto=rdma", "port=20049"}, opts...)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nfsrdma-mount.log"))
@@ -131,7 +137,7 @@ func mountNFSRDMA(t *testing.T, bin string, opts ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-f", "-v", "--ready-fd=3", "-o", strings.Join(o, ","), exportSpec, dir)
+	cmd := exec.Command(bin, "-f", "-v", "--ready-fd=3", "-o", strings.Join(o, ","), spec, dir)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
