@@ -122,14 +122,15 @@ type node struct {
 	// close (setattr.go): its attributes, its caller's context, when it
 	// is sent anyway (the timer), and the error of one sent without a
 	// caller to report it to. deferMu is held while one is sent.
-	writers     map[uint32]int
-	closedBy    map[uint32]struct{} // writers that closed a descriptor since they opened one
-	deferred    *nfs3.SetAttr
-	deferredCtx context.Context
-	deferredAt  time.Time // when a time was deferred as the server's
-	deferTimer  *time.Timer
-	deferredErr error
-	deferMu     sync.Mutex
+	writers      map[uint32]int
+	closedBy     map[uint32]struct{} // writers that closed a descriptor since they opened one
+	deferred     *nfs3.SetAttr
+	deferredCtx  context.Context
+	deferSending *nfs3.SetAttr // the deferred SETATTR being sent
+	deferredAt   time.Time     // when a time was deferred as the server's
+	deferTimer   *time.Timer
+	deferredErr  error
+	deferMu      sync.Mutex
 }
 
 // plusEntry is one entry of a READDIRPLUS reply.

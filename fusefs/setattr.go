@@ -116,10 +116,15 @@ func (n *node) deferSetattr(ctx context.Context, caller *fuse.Caller, s nfs3.Set
 // overlayDeferred sets in a, attributes from the server, those a deferred
 // SETATTR of n will set; n.mu is held.
 func (n *node) overlayDeferred(a *nfs3.Attr) {
-	d := n.deferred
-	if d == nil {
-		return
+	for _, d := range []*nfs3.SetAttr{n.deferSending, n.deferred} {
+		if d != nil {
+			n.overlay(a, d)
+		}
 	}
+}
+
+// overlay sets in a the attributes d sets; n.mu is held.
+func (n *node) overlay(a *nfs3.Attr, d *nfs3.SetAttr) {
 	a.Ctime = n.attrs.attr.Ctime // as deferSetattr set it
 	if d.Mode != nil {
 		a.Mode = *d.Mode
@@ -154,15 +159,22 @@ func (n *node) flushDeferred() error {
 	d, ctx, err := n.deferred, n.deferredCtx, n.deferredErr
 	n.deferredErr = nil
 	if d != nil {
+		// Sent from here on: one deferred meanwhile is a new one.
 		n.deferTimer.Stop()
+		n.deferred, n.deferredCtx, n.deferTimer, n.deferSending = nil, nil, nil, d
 	}
 	n.mu.Unlock()
 	if d == nil {
 		return err
 	}
+	defer func() {
+		n.mu.Lock()
+		n.deferSending = nil
+		n.mu.Unlock()
+	}()
 	// Its writes first: a later WRITE would move an explicit mtime.
 	if synced, werr := n.syncPend(ctx); synced && werr != nil {
-		n.dropDeferred()
+		n.invalidateAttr() // what it set is not so
 		return werr
 	}
 	n.drainWriteBehind()
@@ -172,7 +184,7 @@ func (n *node) flushDeferred() error {
 		return err
 	})
 	n.mu.Lock()
-	n.deferred, n.deferredCtx, n.deferTimer = nil, nil, nil
+	n.deferSending = nil
 	n.mu.Unlock()
 	if serr != nil {
 		n.invalidateAttr() // what it set is not so
@@ -184,18 +196,6 @@ func (n *node) flushDeferred() error {
 	}
 	n.setWcc(&w)
 	return err
-}
-
-// dropDeferred forgets n's deferred SETATTR (its writes failed first, and
-// that is what is reported).
-func (n *node) dropDeferred() {
-	n.mu.Lock()
-	if n.deferTimer != nil {
-		n.deferTimer.Stop()
-	}
-	n.deferred, n.deferredCtx, n.deferTimer = nil, nil, nil
-	n.attrs.invalidate()
-	n.mu.Unlock()
 }
 
 // flushDeferredLater is the timer's: the writer kept the file open and did
