@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
@@ -43,6 +44,19 @@ func unsquashed(t *testing.T, m *mounted) {
 	r.mu.Unlock()
 	now := m.fsys.now()
 	m.fsys.squash.notSquashed(fsid, now, now.Add(time.Hour))
+}
+
+// deferMount mounts a go-nfs server whose root is known not to be
+// squashed, and keeps the test on one thread (FUSE's pid is the thread's)
+// until it ends.
+func deferMount(t *testing.T) (*fusefstest.Server, *mounted) {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	unsquashed(t, m)
+	return srv, m
 }
 
 // TestDeferredSetattr: a file's times, owner and mode set by the process
@@ -89,11 +103,7 @@ func TestDeferredSetattr(t *testing.T) {
 // deferred one is sent within deferFlushAfter while its writer keeps the
 // file open.
 func TestDeferredSetattrOrder(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	srv := startGoNFS(t, backendDisk)
-	m := mountGoNFS(t, srv, nil)
-	unsquashed(t, m)
+	srv, m := deferMount(t)
 	old := time.Unix(1_000_000_000, 0)
 	f := extract(t, m.path("x"), old)
 	if _, err := f.WriteAt([]byte("more"), 4096); err != nil {
@@ -131,11 +141,7 @@ func TestDeferredSetattrOrder(t *testing.T) {
 // TestDeferredSetattrError: a deferred SETATTR the server refuses fails
 // the writer's close.
 func TestDeferredSetattrError(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	srv := startGoNFS(t, backendDisk)
-	m := mountGoNFS(t, srv, nil)
-	unsquashed(t, m)
+	srv, m := deferMount(t)
 	f, err := os.OpenFile(m.path("x"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	check(t, err)
 	check(t, f.Chmod(0o640))
