@@ -16,8 +16,8 @@ import (
 //
 // tar -x and cp -a set each file's times, owner and mode after writing it,
 // through the descriptor they wrote it with: three SETATTR round trips per
-// file, one at a time (the kernel client sends them too), where the server
-// cannot refuse any of them. So a chmod, chown or utimes of a regular file
+// file, one at a time (the kernel client sends them too), which the
+// server has no reason to refuse. So a chmod, chown or utimes of a regular file
 // by a process that has it open for writing is answered at once with the
 // attributes it sets, and kept; the next one merges into it, and one
 // SETATTR carries them all, sent before that process's next write to the
@@ -26,7 +26,7 @@ import (
 // server when close returns. Attributes the server sends meanwhile (a
 // READ's, a listing's) keep the deferred ones over them.
 //
-// Deferred only where the server cannot refuse: the caller's calls carry
+// Deferred only where the server has no reason to refuse: the caller's calls carry
 // its own identity (Options.CallerIdentity), and it is root on a file
 // system where root is known not to be squashed (private.go), or the
 // file's owner changing its mode or times (the kernel has already checked
