@@ -179,11 +179,6 @@ func (n *node) dropKept(l *keptListing) {
 	n.mu.Unlock()
 }
 
-// sameDir reports whether a directory's attributes a are those b carried.
-func sameDir(a, b *nfs3.Attr) bool {
-	return a.Size == b.Size && a.Mtime == b.Mtime && a.Ctime == b.Ctime
-}
-
 // keptPage returns the kept page of d's directory that starts at cookie,
 // for handle d opened for the kernel's copy. A page at cookie 0 makes d a
 // reader of the kept listing; pages after it are d's only if it is.
@@ -196,7 +191,7 @@ func (d *dirHandle) keptPage(cookie nfs3.Cookie) (keptPage, bool) {
 	if l == nil {
 		return keptPage{}, false
 	}
-	if now.Sub(l.at) >= n.fsys.plusFresh() || !sameDir(&n.attrs.attr, &l.dir) {
+	if now.Sub(l.at) >= n.fsys.plusFresh() || dataChanged(&l.dir, &n.attrs.attr) {
 		n.kept = nil
 		return keptPage{}, false
 	}
