@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"golang.org/x/sys/unix"
 )
 
@@ -217,7 +219,9 @@ func openRead(path string) ([]byte, error) {
 
 // mountRootOpen is the start of the tests of root's opens: a file "f"
 // holding "hello" on the server (path: its path there), mounted with
-// attributes trusted for ac, and read once as root.
+// attributes trusted for ac, and read once as root. The file is another
+// user's, so that the rights root is granted (go-nfs grants all) do not
+// show whether root is squashed (learnRootRights): root's opens ask.
 func mountRootOpen(t *testing.T, ac time.Duration) (m *mounted, path string) {
 	t.Helper()
 	if os.Getuid() != 0 {
@@ -226,6 +230,7 @@ func mountRootOpen(t *testing.T, ac time.Duration) (m *mounted, path string) {
 	srv := startGoNFS(t, backendDisk)
 	path = filepath.Join(srv.Dir, "f")
 	check(t, os.WriteFile(path, []byte("hello"), 0o644))
+	check(t, os.Chown(path, 1000, 1000))
 	o := DefaultOptions()
 	o.AcRegMin, o.AcRegMax = ac, ac
 	m = mountGoNFS(t, srv, &o)
@@ -280,6 +285,103 @@ func TestRootOpenStaleAttrsOneCall(t *testing.T) {
 			t.Errorf("open %d by root with stale attributes sent %d ACCESS and %d GETATTR, want 1 and 0", i+1, a, g)
 		}
 	}
+}
+
+// TestRootOpenUnsquashed: once an ACCESS has granted root a right only
+// root itself has (writing a file uid 0 owns that neither its group nor
+// others may write), root is known not to be squashed, and its opens ask
+// the server nothing of their own, as any caller's: none right after the
+// LOOKUP (or listing) that found the file, one GETATTR (close-to-open)
+// otherwise.
+func TestRootOpenUnsquashed(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("root's opens: the test runs as root (as make check does)")
+	}
+	srv := startGoNFS(t, backendDisk)
+	for _, name := range []string{"first", "a", "b", "c"} {
+		check(t, os.WriteFile(filepath.Join(srv.Dir, name), []byte(name), 0o644))
+	}
+	o := DefaultOptions()
+	o.AcRegMin, o.AcRegMax = 500*time.Millisecond, 500*time.Millisecond
+	m := mountGoNFS(t, srv, &o)
+	if m.fsys.squash.unsquashed(0, time.Now()) {
+		t.Fatal("root known unsquashed before any call")
+	}
+	d := opDeltas(m)
+	if b, err := openRead(m.path("first")); err != nil || string(b) != "first" {
+		t.Fatalf("first: %q, %v", b, err)
+	}
+	if a := d(nfs3.ProcAccess); a != 1 {
+		t.Fatalf("root's first open sent %d ACCESS, want 1", a)
+	}
+	d = opDeltas(m)
+	for _, name := range []string{"a", "b", "c"} {
+		if b, err := openRead(m.path(name)); err != nil || string(b) != name {
+			t.Fatalf("%s: %q, %v", name, b, err)
+		}
+	}
+	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a != 0 || g != 0 {
+		t.Errorf("3 opens by root right after their LOOKUPs sent %d ACCESS and %d GETATTR, want 0 and 0", a, g)
+	}
+	// Past the LOOKUP and the attributes' timeout: the kernel's
+	// permission check asks for the attributes (an ACCESS for root,
+	// getattrByAccess), and they are the open's revalidation too.
+	time.Sleep(lookupFresh + 100*time.Millisecond)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "a"), []byte("A changed"), 0o644))
+	later := time.Now().Add(time.Hour)
+	check(t, os.Chtimes(filepath.Join(srv.Dir, "a"), later, later))
+	d = opDeltas(m)
+	if b, err := openRead(m.path("a")); err != nil || string(b) != "A changed" {
+		t.Fatalf("a changed on the server: %q, %v", b, err)
+	}
+	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a+g != 1 {
+		t.Errorf("an open by root past its LOOKUP, its attributes timed out, sent %d ACCESS and %d GETATTR, want one call", a, g)
+	}
+}
+
+// TestLearnRootRights: which rights granted to root show it unsquashed.
+func TestLearnRootRights(t *testing.T) {
+	rw := uint32(nfs3.AccessRead | nfs3.AccessModify)
+	rootCtx := sunrpc.WithCredential(context.Background(), mustAuthSys(t, 0))
+	userCtx := sunrpc.WithCredential(context.Background(), mustAuthSys(t, 1000))
+	for _, c := range []struct {
+		name    string
+		ctx     context.Context
+		typ     nfs3.FileType
+		uid     uint32
+		mode    uint32
+		granted uint32
+		want    bool
+	}{
+		{"write, root's 0644", rootCtx, nfs3.TypeReg, 0, 0o644, rw, true},
+		{"read only, root's 0644", rootCtx, nfs3.TypeReg, 0, 0o644, nfs3.AccessRead, false},
+		{"write, root's 0664 (its group may)", rootCtx, nfs3.TypeReg, 0, 0o664, rw, false},
+		{"write, root's 0646 (others may)", rootCtx, nfs3.TypeReg, 0, 0o646, rw, false},
+		{"read, root's 0600", rootCtx, nfs3.TypeReg, 0, 0o600, nfs3.AccessRead, true},
+		{"write, another's 0644 (the owner may)", rootCtx, nfs3.TypeReg, 1000, 0o644, rw, false},
+		{"write, another's 0444", rootCtx, nfs3.TypeReg, 1000, 0o444, rw, true},
+		{"read, another's 0000", rootCtx, nfs3.TypeReg, 1000, 0, nfs3.AccessRead, true},
+		{"extend, root's 0444", rootCtx, nfs3.TypeReg, 0, 0o444, nfs3.AccessExtend, true},
+		{"execute only, root's 0644", rootCtx, nfs3.TypeReg, 0, 0o644, nfs3.AccessExecute, false},
+		{"a directory", rootCtx, nfs3.TypeDir, 0, 0o700, rw, false},
+		{"another caller's ACCESS", userCtx, nfs3.TypeReg, 0, 0o644, rw, false},
+	} {
+		f := &FS{opts: DefaultOptions(), now: time.Now}
+		f.learnRootRights(c.ctx, &nfs3.Attr{Type: c.typ, UID: c.uid, Mode: c.mode, FSID: 7}, c.granted)
+		if got := f.squash.unsquashed(7, time.Now()); got != c.want {
+			t.Errorf("%s: root known unsquashed %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// mustAuthSys returns an AUTH_SYS credential of uid.
+func mustAuthSys(t *testing.T, uid uint32) sunrpc.OpaqueAuth {
+	t.Helper()
+	cred, err := (&sunrpc.AuthSys{MachineName: "test", UID: uid, GID: uid}).Credential()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cred
 }
 
 // TestEvents: the VFS event counters count the requests.

@@ -122,19 +122,37 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 		}
 		return &attr, 0
 	}
+	// Asked for more than want: the rights granted may show that root is
+	// not squashed (learnRootRights), and the next opens need not ask.
 	var r nfs3.AccessResult
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Access(ctx, fh, want)
+		r, err = n.fsys.c.Access(ctx, fh, want|rootAccessAsked)
 		return err
 	})
 	if err != nil {
 		n.forgetIfStale(err)
 		return nil, toErrno(err)
 	}
+	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
 	if r.Access&want != want {
 		return nil, syscall.EACCES
 	}
 	return r.Attr, 0
+}
+
+// takeRootAccessAttr returns the attributes of the ACCESS that answered
+// the permission check just before this open (getattrByAccess), if there
+// was one: they serve as its close-to-open revalidation, as rootAccess
+// takes them.
+func (n *node) takeRootAccessAttr() *nfs3.Attr {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	acc, attr := n.rootAcc, n.attrs.attr
+	n.rootAcc = rootAccessResult{}
+	if acc.at.IsZero() || n.fsys.now().Sub(acc.at) >= rootAccessFresh {
+		return nil
+	}
+	return &attr
 }
 
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
@@ -181,9 +199,13 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
 		return nil, 0, syscall.EROFS
 	}
-	// accessAttr: the attributes root's ACCESS just brought.
+	// accessAttr: the attributes root's ACCESS just brought. Where root is
+	// known not to be squashed, the server lets it do what the kernel's
+	// check let it: its open is any caller's.
 	var accessAttr *nfs3.Attr
-	if asRoot {
+	if asRoot && n.rootUnsquashed() {
+		accessAttr = n.takeRootAccessAttr()
+	} else if asRoot {
 		a, errno := n.rootAccess(ctx, flags)
 		if errno != 0 {
 			return nil, 0, errno

@@ -346,6 +346,7 @@ func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time
 		return n.getattr(ctx, force)
 	}
 	n.setAttr(r.Attr)
+	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
 	n.mu.Lock()
 	n.rootAcc = rootAccessResult{at: n.fsys.now(), rights: r.Access}
 	timeo := n.attrs.timeo

@@ -55,7 +55,8 @@ import (
 // is not squashed (rootSquash): without that, cp -a or tar -x as root,
 // which make every directory 0700 and set its mode at the end, would cost
 // a FUSE LOOKUP of each directory for every file made in it. The mount
-// learns it from root's own creations. An object made with root's
+// learns it from root's own creations, and from root's ACCESS calls
+// (learnRootRights): a right granted that only root itself can have. An object made with root's
 // credential by an exclusive creation (MKDIR, SYMLINK, MKNOD, CREATE
 // GUARDED: an UNCHECKED CREATE may have opened a file someone else made)
 // is owned by root only if the server did not map root to its anonymous
@@ -157,6 +158,47 @@ func (f *FS) learnCreated(ctx context.Context, a *nfs3.Attr) {
 	}
 	now := f.now()
 	f.squash.notSquashed(a.FSID, now, now.Add(f.opts.AcDirMax))
+}
+
+// learnRootRights records what an ACCESS of a regular file made with
+// root's credential (ctx) says of root squashing: granted are the rights
+// the reply granted, a the attributes it carried. A squashed root is
+// another user there, who gets no more than a class of the file's mode
+// grants it; a right that no class grants but the owner's, on a file that
+// uid 0 owns, or that no class grants at all, is root's own, so root is
+// not squashed. (Granted rights that a class does grant say nothing: the
+// anonymous user may be in that class.) Execute is left out: root's is
+// the kernel's to decide.
+func (f *FS) learnRootRights(ctx context.Context, a *nfs3.Attr, granted uint32) {
+	if a == nil || a.Type != nfs3.TypeReg || !rootCred(ctx) {
+		return
+	}
+	classes := a.Mode>>3&7 | a.Mode&7 // group, others
+	if a.UID != 0 {
+		classes |= a.Mode >> 6 & 7 // the anonymous user may own it
+	}
+	var shown uint32
+	if granted&nfs3.AccessRead != 0 {
+		shown |= 4
+	}
+	if granted&(nfs3.AccessModify|nfs3.AccessExtend) != 0 {
+		shown |= 2
+	}
+	if shown&^classes == 0 {
+		return
+	}
+	now := f.now()
+	f.squash.notSquashed(a.FSID, now, now.Add(f.opts.AcDirMax))
+}
+
+// rootUnsquashed reports whether root is known not to be squashed in n's
+// file system: then the server grants root what the kernel's own check
+// (default_permissions) grants it, and an open by root need not ask.
+func (n *node) rootUnsquashed() bool {
+	n.mu.Lock()
+	fsid, valid := n.attrs.attr.FSID, n.attrs.valid || !n.attrs.at.IsZero()
+	n.mu.Unlock()
+	return valid && n.fsys.squash.unsquashed(fsid, n.fsys.now())
 }
 
 // learnRefused records a refusal (EACCES) of root's LOOKUP or creation in
