@@ -55,18 +55,19 @@ import (
 // is not squashed (rootSquash): without that, cp -a or tar -x as root,
 // which make every directory 0700 and set its mode at the end, would cost
 // a FUSE LOOKUP of each directory for every file made in it. The mount
-// learns it from root's own creations, and from root's ACCESS calls
-// (learnRootRights): a right granted that only root itself can have. An object made with root's
-// credential by an exclusive creation (MKDIR, SYMLINK, MKNOD, CREATE
-// GUARDED: an UNCHECKED CREATE may have opened a file someone else made)
-// is owned by root only if the server did not map root to its anonymous
-// uid; owned by another uid, it shows root squashed, as does root's
-// LOOKUP or creation refused with EACCES (root passes every permission
-// check of a server that does not squash it). What was learnt holds for
-// acdirmax from the last creation that showed it, as the kernel client
-// keeps root's ACCESS replies for a directory's attribute timeout, and
-// per file system (fsid): a server exporting with crossmnt or nohide shows
-// several exports, each with its own squashing, under one mount. Evidence
+// learns it from root's own creations, and from root's ACCESS calls that
+// grant a right only root itself can have (learnRootRights). An object
+// made with root's credential by an exclusive creation (MKDIR, SYMLINK,
+// MKNOD, CREATE GUARDED: an UNCHECKED CREATE may have opened a file
+// someone else made) is owned by root only if the server did not map root
+// to its anonymous uid; owned by another uid, it shows root squashed, as
+// does root's LOOKUP or creation refused with EACCES (root passes every
+// permission check of a server that does not squash it). What was learnt
+// holds for acdirmax from the last creation (or ACCESS) that showed it, as
+// the kernel client keeps root's ACCESS replies for a directory's
+// attribute timeout, and per file system (fsid): a server exporting with
+// crossmnt or nohide shows several exports, each with its own squashing,
+// under one mount. Evidence
 // of squashing ends it at once. The kernel's entries given while it held,
 // with the usual timeouts, are not taken back when it ends, lapsed or
 // contradicted: they expire within their timeout (acdirmax at most), the
@@ -167,7 +168,8 @@ func (f *FS) learnCreated(ctx context.Context, a *nfs3.Attr) {
 // grants it; a right that no class grants but the owner's, on a file that
 // uid 0 owns, or that no class grants at all, is root's own, so root is
 // not squashed. (Granted rights that a class does grant say nothing: the
-// anonymous user may be in that class.) Execute is left out: root's is
+// anonymous user may be in that class. A POSIX ACL grants no named user or
+// group more than the group class shows.) Execute is left out: root's is
 // the kernel's to decide.
 func (f *FS) learnRootRights(ctx context.Context, a *nfs3.Attr, granted uint32) {
 	if a == nil || a.Type != nfs3.TypeReg || !rootCred(ctx) {
