@@ -19,14 +19,7 @@ ab_mount
 N=${N:-300}
 src=$(mktemp -d)
 trap 'ab_cleanup; rm -rf "$E"/copy-* "$src"' EXIT
-# The tree: N files in directories three deep, 8 files a directory.
-perl -e '
-	srand(1);
-	for $i (1..'"$N"') {
-		$d = sprintf("%s/t/d%d/e%d/f%d", "'"$src"'", $i % 5, ($i / 5) % 4, int($i / 40));
-		system("mkdir", "-p", $d) unless -d $d;
-		open(F, ">", "$d/s$i.c") or die; print F "x" x (1024 * (1 + int(rand(64)))); close F;
-	}'
+ab_tree "$src"
 t() { local s; s=$(date +%s%N); "$@"; echo $((($(date +%s%N) - s) / 1000)); }
 lsq() { ls -lR "$1" >/dev/null; }
 for round in $(seq 1 "${ROUNDS:-6}"); do

@@ -1,11 +1,12 @@
 # Sourced by the A/B scripts (ab-mount.sh, ab-bufwrite.sh, ab-meta.sh,
-# ab-copy.sh), in the guest:
+# ab-copy.sh, ab-open.sh, ab-tar.sh), in the guest:
 # checks A and B, mounts the kernel's NFS/RDMA client at /mnt/ab-kernel and
 # the two nfsrdma-mount binaries at /mnt/ab-A and /mnt/ab-B, all on the
 # same export, and unmounts them and removes AB_FILES (paths under the
 # export) and $out at exit. Sets E (the export), SERVER and out (a
 # scratch file for the rounds' lines); ab_mount sets pidA and pidB, the
-# two mount servers' process IDs.
+# two mount servers' process IDs; ab_tree makes the source-like tree the
+# copy scripts use.
 set -u
 cd /share || exit 1
 A=${A:?A=path of the first nfsrdma-mount binary}
@@ -37,4 +38,16 @@ ab_stats() {
 		echo "== $side"
 		"./$(eval echo \$$side)" stats "/mnt/ab-$side" | grep -E "$1"
 	done
+}
+# ab_tree DIR: a source-like tree at DIR/t, the same every time: N files
+# (default 300) of 1-64 KiB in directories three deep, 8 files a
+# directory.
+ab_tree() {
+	perl -e '
+	srand(1);
+	for $i (1..'"${N:-300}"') {
+		$d = sprintf("%s/t/d%d/e%d/f%d", "'"$1"'", $i % 5, ($i / 5) % 4, int($i / 40));
+		system("mkdir", "-p", $d) unless -d $d;
+		open(F, ">", "$d/s$i.c") or die; print F "x" x (1024 * (1 + int(rand(64)))); close F;
+	}'
 }

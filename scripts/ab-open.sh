@@ -22,13 +22,7 @@ N=${N:-300}
 tree=$E/ab-open
 trap 'ab_cleanup; rm -rf "$tree" /tmp/ab-open-*' EXIT
 rm -rf "$tree"
-perl -e '
-	srand(1);
-	for $i (1..'"$N"') {
-		$d = sprintf("%s/t/d%d/e%d/f%d", "'"$tree"'", $i % 5, ($i / 5) % 4, int($i / 40));
-		system("mkdir", "-p", $d) unless -d $d;
-		open(F, ">", "$d/s$i.c") or die; print F "x" x (1024 * (1 + int(rand(64)))); close F;
-	}'
+ab_tree "$tree"
 (cd "$tree" && find t -type f | sort) > /tmp/ab-open-list
 t() { local s; s=$(date +%s%N); "$@"; echo $((($(date +%s%N) - s) / 1000)); }
 # fresh SIDE: the side's mount made again, the guest's caches dropped.
