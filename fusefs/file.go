@@ -112,12 +112,8 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 	}
 	// The ACCESS that answered this open's permission check, just before
 	// (getattrByAccess), answers this too.
-	n.mu.Lock()
-	acc, attr := n.rootAcc, n.attrs.attr
-	n.rootAcc = rootAccessResult{} // one open's: the next asks again
-	n.mu.Unlock()
-	if !acc.at.IsZero() && n.fsys.now().Sub(acc.at) < rootAccessFresh {
-		if acc.rights&want != want {
+	if rights, attr, ok := n.takeRootAcc(); ok {
+		if rights&want != want {
 			return nil, syscall.EACCES
 		}
 		return &attr, 0
@@ -140,19 +136,20 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 	return r.Attr, 0
 }
 
-// takeRootAccessAttr returns the attributes of the ACCESS that answered
-// the permission check just before this open (getattrByAccess), if there
-// was one: they serve as its close-to-open revalidation, as rootAccess
-// takes them.
-func (n *node) takeRootAccessAttr() *nfs3.Attr {
+// takeRootAcc returns the rights root was granted, and the attributes
+// fetched, by the ACCESS that answered the permission check just before
+// this open (getattrByAccess), if there was one within rootAccessFresh:
+// the attributes serve as the open's close-to-open revalidation. It is one
+// open's: the next asks again.
+func (n *node) takeRootAcc() (rights uint32, attr nfs3.Attr, ok bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	acc, attr := n.rootAcc, n.attrs.attr
+	acc := n.rootAcc
 	n.rootAcc = rootAccessResult{}
 	if acc.at.IsZero() || n.fsys.now().Sub(acc.at) >= rootAccessFresh {
-		return nil
+		return 0, nfs3.Attr{}, false
 	}
-	return &attr
+	return acc.rights, n.attrs.attr, true
 }
 
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
@@ -204,7 +201,9 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// check let it: its open is any caller's.
 	var accessAttr *nfs3.Attr
 	if asRoot && n.rootUnsquashed() {
-		accessAttr = n.takeRootAccessAttr()
+		if _, a, ok := n.takeRootAcc(); ok {
+			accessAttr = &a
+		}
 	} else if asRoot {
 		a, errno := n.rootAccess(ctx, flags)
 		if errno != 0 {

@@ -157,8 +157,14 @@ func (f *FS) learnCreated(ctx context.Context, a *nfs3.Attr) {
 		f.squash.squashed(a.FSID)
 		return
 	}
+	f.shownUnsquashed(a.FSID)
+}
+
+// shownUnsquashed records that root was just shown not to be squashed in
+// file system fsid: known for acdirmax from now (see above).
+func (f *FS) shownUnsquashed(fsid uint64) {
 	now := f.now()
-	f.squash.notSquashed(a.FSID, now, now.Add(f.opts.AcDirMax))
+	f.squash.notSquashed(fsid, now, now.Add(f.opts.AcDirMax))
 }
 
 // learnRootRights records what an ACCESS of a regular file made with
@@ -186,11 +192,9 @@ func (f *FS) learnRootRights(ctx context.Context, a *nfs3.Attr, granted uint32) 
 	if granted&(nfs3.AccessModify|nfs3.AccessExtend) != 0 {
 		shown |= 2
 	}
-	if shown&^classes == 0 {
-		return
+	if shown&^classes != 0 {
+		f.shownUnsquashed(a.FSID)
 	}
-	now := f.now()
-	f.squash.notSquashed(a.FSID, now, now.Add(f.opts.AcDirMax))
 }
 
 // rootUnsquashed reports whether root is known not to be squashed in n's
