@@ -44,7 +44,13 @@ var posixSkips = map[string]string{
 // contains Name; NFSRDMA_POSIX_NOSKIP=1 runs the skipped ones too.
 func TestPosix(t *testing.T) {
 	bin := mountBinary(t)
-	dir := mountNFSRDMA(t, bin)
+	runPosix(t, mountNFSRDMA(t, bin), exportDir)
+}
+
+// runPosix runs posixtest.All as TestPosix says, each case in a directory
+// of its own under a new one in mount dir, whose export's directory on the
+// server is export (the cases' leftovers are removed there).
+func runPosix(t *testing.T, dir, export string) {
 	names := make([]string, 0, len(posixtest.All))
 	for name := range posixtest.All {
 		names = append(names, name)
@@ -56,7 +62,7 @@ func TestPosix(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The server's side of the tree, removed whatever the cases left open.
-	defer os.RemoveAll(filepath.Join(exportDir, base))
+	defer os.RemoveAll(filepath.Join(export, base))
 	for _, name := range names {
 		if only != "" && !strings.Contains(name, only) {
 			continue
