@@ -8,7 +8,8 @@
 # two mount servers' process IDs; ab_tree makes the source-like tree the
 # copy scripts use. OPTS_A and OPTS_B, if set, are more -o options for
 # that side's mount (say OPTS_B=rsize=262144,wsize=262144 to A/B one
-# binary against itself with another setting).
+# binary against itself with another setting); ENV_A and ENV_B, if set,
+# are NAME=VALUE words put in that side's mount server's environment.
 set -u
 cd /share || exit 1
 A=${A:?A=path of the first nfsrdma-mount binary}
@@ -28,8 +29,8 @@ ab_cleanup() {
 trap ab_cleanup EXIT
 ab_mount() {
 	mount -t nfs -o vers=3,proto=rdma,port=20049 "$SERVER:$E" /mnt/ab-kernel || exit 1
-	"./$A" -o proto=rdma,vers=3${OPTS_A:+,$OPTS_A} "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
-	"./$B" -o proto=rdma,vers=3${OPTS_B:+,$OPTS_B} "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
+	env ${ENV_A:-} "./$A" -o proto=rdma,vers=3${OPTS_A:+,$OPTS_A} "$SERVER:$E" /mnt/ab-A 2>/dev/null || { echo "A: mount failed" >&2; exit 1; }
+	env ${ENV_B:-} "./$B" -o proto=rdma,vers=3${OPTS_B:+,$OPTS_B} "$SERVER:$E" /mnt/ab-B 2>/dev/null || { echo "B: mount failed" >&2; exit 1; }
 	pidA=$(pgrep -f "nfsrdma-mount.* /mnt/ab-A\$" | head -1)
 	pidB=$(pgrep -f "nfsrdma-mount.* /mnt/ab-B\$" | head -1)
 }
