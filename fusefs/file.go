@@ -118,11 +118,12 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 		}
 		return &attr, 0
 	}
-	// Asked for more than want: the rights granted may show that root is
-	// not squashed (learnRootRights), and the next opens need not ask.
+	// Asked for more than want (rootAccessAsked holds every right want
+	// can name): the rights granted may show that root is not squashed
+	// (learnRootRights), and the next opens need not ask.
 	var r nfs3.AccessResult
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Access(ctx, fh, want|rootAccessAsked)
+		r, err = n.fsys.c.Access(ctx, fh, rootAccessAsked)
 		return err
 	})
 	if err != nil {

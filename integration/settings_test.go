@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,12 +60,12 @@ func TestMountMatrixSettings(t *testing.T) {
 				{"--name=rand", "--rw=randwrite", "--bs=4k", "--size=4m", "--randrepeat=1", "--ioengine=libaio", "--direct=1", "--iodepth=64"},
 				{"--name=buf", "--rw=write", "--bs=1m", "--size=16m", "--ioengine=psync", "--end_fsync=1"},
 			} {
-				args := append(job, verify...)
-				runFio(t, append(args, "--directory="+dir)...)
+				args := slices.Concat(job, verify)
+				runFio(t, slices.Concat(args, []string{"--directory=" + dir})...)
 				// Passes that only read, at the same depth: through this
 				// mount, then through the kernel's (what the server holds).
-				runFio(t, append(args, "--directory="+dir, "--verify_only=1")...)
-				runFio(t, append(args, "--directory="+filepath.Join(kernel, top), "--verify_only=1")...)
+				runFio(t, slices.Concat(args, []string{"--directory=" + dir, "--verify_only=1"})...)
+				runFio(t, slices.Concat(args, []string{"--directory=" + filepath.Join(kernel, top), "--verify_only=1"})...)
 			}
 			run(t, "cp", "-a", src, filepath.Join(dir, "tree"))
 			want := treeListing(t, src)
