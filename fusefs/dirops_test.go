@@ -225,7 +225,7 @@ func openRead(path string) ([]byte, error) {
 func mountRootOpen(t *testing.T, ac time.Duration) (m *mounted, path string) {
 	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("root's opens: the test runs as root (as make check does)")
+		t.Skip("needs root: what is tested is root's opens (make check and CI run as root)")
 	}
 	srv := startGoNFS(t, backendDisk)
 	path = filepath.Join(srv.Dir, "f")
@@ -295,7 +295,7 @@ func TestRootOpenStaleAttrsOneCall(t *testing.T) {
 // otherwise.
 func TestRootOpenUnsquashed(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("root's opens: the test runs as root (as make check does)")
+		t.Skip("needs root: what is tested is root's opens (make check and CI run as root)")
 	}
 	srv := startGoNFS(t, backendDisk)
 	for _, name := range []string{"first", "a", "b", "c"} {
