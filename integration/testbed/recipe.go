@@ -42,7 +42,7 @@ var HostPackages = []string{
 var GuestPackages = []string{
 	"linux-image-amd64", "nfs-kernel-server", "rdma-core", "ibverbs-providers",
 	"ibverbs-utils", "librdmacm1", "rdmacm-utils", "perftest", "fio", "iproute2",
-	"kmod", "procps", "util-linux", "fuse3", "diffutils",
+	"kmod", "procps", "util-linux", "fuse3", "diffutils", "e2fsprogs", "acl",
 }
 
 // initrdModules are the modules the tiny initramfs loads to reach the root
@@ -64,9 +64,15 @@ var nfsdRestart string
 // users see. /export-insecure (insecure, no_root_squash) is for the few
 // tests that need what a default export refuses: a client on an ordinary
 // source port (noresvport), and root acting as root on the server (a
-// library client that sets any owner with SETATTR).
+// library client that sets any owner with SETATTR). /export-squash
+// (all_squash, anonuid=anongid=1500) maps every caller to one anonymous
+// owner, and /export-ext4 is an ext4 file system on a loop device, which
+// reuses a freed inode number at once (tmpfs does not), for the semantics
+// scenarios that need either.
 const exportsLine = "/export *(rw,secure,root_squash,no_subtree_check,fsid=1)\n" +
-	"/export-insecure *(rw,insecure,no_root_squash,no_subtree_check,fsid=2)\n"
+	"/export-insecure *(rw,insecure,no_root_squash,no_subtree_check,fsid=2)\n" +
+	"/export-squash *(rw,secure,all_squash,anonuid=1500,anongid=1500,no_subtree_check,fsid=3)\n" +
+	"/export-ext4 *(rw,insecure,no_root_squash,no_subtree_check,fsid=4)\n"
 
 // Key is the hash of everything that defines the guest image. A cached
 // image is reused only when its key matches.
