@@ -309,10 +309,23 @@ func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duratio
 		return nfs3.Attr{}, 0, err
 	}
 	n.setAttr(&a)
-	n.mu.Lock()
-	timeo := n.attrs.timeo
-	n.mu.Unlock()
+	a, timeo := n.recorded()
 	return a, timeo, nil
+}
+
+// recorded returns the attributes setAttr recorded last, as the kernel is
+// to see them, and their timeout: the server's, with the size raised to
+// the end of the WRITEs in flight and a deferred SETATTR's changes
+// applied. Never the reply's own: a GETATTR that overtakes a write the
+// kernel already made (a write gathered or behind, sent later) shows the
+// file without it, and the kernel, told a smaller size, drops its cached
+// pages past it and reads the file as that short.
+func (n *node) recorded() (nfs3.Attr, time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a := n.attrs.attr
+	n.floorSize(&a)
+	return a, n.attrs.timeo
 }
 
 // rootAccessResult is what an ACCESS told of root's rights on a file.
@@ -349,9 +362,9 @@ func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time
 	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
 	n.mu.Lock()
 	n.rootAcc = rootAccessResult{at: n.fsys.now(), rights: r.Access}
-	timeo := n.attrs.timeo
 	n.mu.Unlock()
-	return *r.Attr, timeo, nil
+	a, timeo := n.recorded()
+	return a, timeo, nil
 }
 
 // cached returns the cached attributes and their timeout, fresh or not.
