@@ -18,17 +18,23 @@ func (n *node) handle() nfs3.FileHandle {
 	return n.fh
 }
 
-// do runs op with n's file handle. When the server calls the handle stale,
-// n is looked up again where it lives (its .nfs name after a silly rename,
-// else its name in its parent): if that finds the same object (fileid and
-// type) under a new handle, n adopts the handle and op runs once more.
+// do runs op with n's file handle. A handle the server calls stale stays
+// stale, as the Linux client's inode does (it never changes the handle of
+// an inode): the error stands, and a path walk finds whatever has the name
+// now as a new node (child). Looking the name up again and adopting what
+// has the same fileid and type would move an open descriptor onto another
+// file: ext4 and xfs give a new file the inode number of one just removed,
+// and a write through the descriptor of a file another client replaced
+// would land in its successor.
 //
-// Servers whose handles follow paths (go-nfs and other user-space servers)
-// hand out a new handle after a rename; the Linux server with subtree_check
-// does after a rename across directories. With the Linux server's default
-// no_subtree_check a handle never changes, and a stale one means the object
-// is gone: the lookup then fails or finds another fileid, and the error
-// stands.
+// One exception, an object this mount moved itself: the file it renamed to
+// its .nfs name (sillyRename), which no one else names. A server whose
+// handles follow paths (go-nfs and other user-space servers; the Linux
+// server exporting with subtree_check, across directories) gives it a new
+// handle there; the object under that name is the one this mount put
+// there, and it adopts that handle (refresh). The Linux server with its
+// default no_subtree_check never changes a handle, and a stale one there
+// means the .nfs file itself was removed.
 func (n *node) do(ctx context.Context, op func(fh nfs3.FileHandle) error) error {
 	fh := n.handle()
 	err := op(fh)
@@ -45,7 +51,9 @@ func isStale(err error) bool {
 	return errors.Is(err, nfs3.ErrStale) || errors.Is(err, nfs3.ErrBadHandle)
 }
 
-// refresh looks n up again and adopts the new handle of the same object.
+// refresh looks up the .nfs name of n, silly renamed by this mount, and
+// adopts the new handle of the same object there (see do). Any other node
+// keeps its handle.
 func (n *node) refresh(ctx context.Context, old nfs3.FileHandle) (nfs3.FileHandle, bool) {
 	n.mu.Lock()
 	if !bytes.Equal(n.fh, old) { // another call refreshed it meanwhile
@@ -53,24 +61,13 @@ func (n *node) refresh(ctx context.Context, old nfs3.FileHandle) (nfs3.FileHandl
 		n.mu.Unlock()
 		return fh, true
 	}
-	var dir *node
-	var name string
-	if n.silly != nil {
-		dir, name = n.silly.dir, n.silly.name
+	if n.silly == nil {
+		n.mu.Unlock()
+		return nil, false
 	}
+	dir, name := n.silly.dir, n.silly.name
 	want := n.attrs.attr
 	n.mu.Unlock()
-	if dir == nil {
-		pname, parent := n.Parent()
-		if parent == nil {
-			return nil, false
-		}
-		p, ok := parent.Operations().(*node)
-		if !ok {
-			return nil, false
-		}
-		dir, name = p, pname
-	}
 	var r nfs3.LookupResult
 	err := dir.do(ctx, func(dfh nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Lookup(ctx, dfh, name)

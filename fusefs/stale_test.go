@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -158,5 +161,64 @@ func TestStatAfterRead(t *testing.T) {
 	check(t, syscall.Fstat(int(f.Fd()), &st))
 	if d := getattrs() - g1; d != 1 {
 		t.Errorf("two fstats after a read: %d GETATTR, want 1", d)
+	}
+}
+
+// TestStaleHandleNotMoved: another client replaces an open file (REMOVE,
+// then CREATE of the same name), and the new file gets the old one's
+// inode number, as ext4 and xfs give it at once. The old handle is stale;
+// as on the Linux client, it stays so: the write through the old
+// descriptor fails with ESTALE (at its close, the write itself being
+// gathered), and never lands in the new file, which a path walk reaches.
+func TestStaleHandleNotMoved(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	ctx := testCtx(t)
+	tcp, err := sunrpc.DialTCP(ctx, net.JoinHostPort(srv.Host, strconv.Itoa(srv.Port)), nil)
+	check(t, err)
+	other, err := nfs3.Mount(ctx, srv.Host, "/", &nfs3.MountOptions{MountPort: srv.Port, Transport: tcp})
+	check(t, err)
+	defer other.Close()
+	oc := other.Client()
+
+	check(t, os.WriteFile(m.path("f"), []byte("the old file"), 0o644))
+	f, err := os.OpenFile(m.path("f"), os.O_RDWR, 0)
+	check(t, err)
+	defer f.Close()
+	var st syscall.Stat_t
+	check(t, syscall.Fstat(int(f.Fd()), &st))
+	oldIno := st.Ino
+	// The other client replaces it (go-nfs makes the old handle stale at
+	// the REMOVE), until the new file has the old inode number.
+	newData := []byte("the new file, another client's")
+	reused := false
+	for try := 0; try < 20 && !reused; try++ {
+		if _, err := oc.Remove(ctx, other.Root(), "f"); err != nil {
+			t.Fatalf("the other client's REMOVE: %v", err)
+		}
+		r, err := oc.Create(ctx, other.Root(), "f", nfs3.CreateHow{Mode: nfs3.Guarded, Attr: nfs3.SetAttr{Mode: new(uint32(0o644))}})
+		check(t, err)
+		_, err = oc.Write(ctx, r.FH, 0, newData, nfs3.FileSync)
+		check(t, err)
+		fi, err := os.Stat(filepath.Join(srv.Dir, "f"))
+		check(t, err)
+		reused = fi.Sys().(*syscall.Stat_t).Ino == oldIno
+	}
+	if !reused {
+		t.Skip("the test directory's file system gave the new file another inode number in 20 tries (ext4 gives the old one)")
+	}
+	if n, err := f.WriteAt([]byte("XXXX"), 0); err != nil {
+		t.Logf("write through the old descriptor: %d, %v", n, err)
+	}
+	fsyncErr := f.Sync()
+	closeErr := f.Close()
+	if !errors.Is(fsyncErr, syscall.ESTALE) && !errors.Is(closeErr, syscall.ESTALE) {
+		t.Errorf("fsync and close of the old descriptor: %v, %v; want ESTALE", fsyncErr, closeErr)
+	}
+	if got, err := os.ReadFile(filepath.Join(srv.Dir, "f")); !bytes.Equal(got, newData) {
+		t.Errorf("the new file on the server: %q, %v; want %q untouched", got, err, newData)
+	}
+	if got, err := os.ReadFile(m.path("f")); !bytes.Equal(got, newData) {
+		t.Errorf("the new file through the mount: %q, %v; want %q", got, err, newData)
 	}
 }
