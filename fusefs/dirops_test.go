@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -240,10 +241,12 @@ func mountRootOpen(t *testing.T, ac time.Duration) (m *mounted, path string) {
 	return m, path
 }
 
-// TestRootOpenOneCall: root's open asks the server once: the ACCESS that
-// checks what a squashing server lets root do brings the attributes, and
-// they are the open's close-to-open revalidation (no GETATTR besides); a
-// change made on the server between two opens is still seen by the second.
+// TestRootOpenOneCall: root's open asks the server once: a GETATTR (its
+// close-to-open revalidation) where root's rights on the file are known
+// from an earlier ACCESS (the file unchanged since), else the ACCESS that
+// checks what a squashing server lets root do, whose attributes are that
+// revalidation; a change made on the server between two opens is still
+// seen by the second.
 func TestRootOpenOneCall(t *testing.T) {
 	m, path := mountRootOpen(t, time.Minute)
 	time.Sleep(lookupFresh + 100*time.Millisecond) // past the LOOKUP's own revalidation
@@ -258,8 +261,8 @@ func TestRootOpenOneCall(t *testing.T) {
 			t.Fatalf("open %d: read %q, %v; want %q", i+1, b, err, want)
 		}
 	}
-	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a != 2 || g != 0 {
-		t.Errorf("2 opens by root sent %d ACCESS and %d GETATTR, want 2 and 0", a, g)
+	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a+g != 2 {
+		t.Errorf("2 opens by root sent %d ACCESS and %d GETATTR, want one call each", a, g)
 	}
 }
 
@@ -287,55 +290,113 @@ func TestRootOpenStaleAttrsOneCall(t *testing.T) {
 	}
 }
 
-// TestRootOpenUnsquashed: once an ACCESS has granted root a right only
-// root itself has (writing a file uid 0 owns that neither its group nor
-// others may write), root is known not to be squashed, and its opens ask
-// the server nothing of their own, as any caller's: none right after the
-// LOOKUP (or listing) that found the file, one GETATTR (close-to-open)
-// otherwise.
-func TestRootOpenUnsquashed(t *testing.T) {
+// TestRootOpenRightsPerFile: root's rights learnt by an ACCESS of a file
+// answer root's later opens of that file while its attributes are
+// unchanged, as the Linux client's access cache does (one ACCESS per file;
+// none right after the LOOKUP that found it again, one GETATTR otherwise);
+// they say nothing of another file, whatever root's creations showed of
+// the server (a file root made owned by uid 0), and go when the file
+// changes.
+func TestRootOpenRightsPerFile(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root: what is tested is root's opens (make check and CI run as root)")
 	}
 	srv := startGoNFS(t, backendDisk)
-	for _, name := range []string{"first", "a", "b", "c"} {
+	for _, name := range []string{"a", "b", "c"} {
 		check(t, os.WriteFile(filepath.Join(srv.Dir, name), []byte(name), 0o644))
 	}
 	o := DefaultOptions()
 	o.AcRegMin, o.AcRegMax = 500*time.Millisecond, 500*time.Millisecond
 	m := mountGoNFS(t, srv, &o)
-	if m.fsys.squash.unsquashed(0, time.Now()) {
-		t.Fatal("root known unsquashed before any call")
-	}
+	check(t, os.Mkdir(m.path("made-by-root"), 0o700)) // owned by uid 0: root is not squashed
 	d := opDeltas(m)
-	if b, err := openRead(m.path("first")); err != nil || string(b) != "first" {
-		t.Fatalf("first: %q, %v", b, err)
-	}
-	if a := d(nfs3.ProcAccess); a != 1 {
-		t.Fatalf("root's first open sent %d ACCESS, want 1", a)
-	}
-	d = opDeltas(m)
 	for _, name := range []string{"a", "b", "c"} {
 		if b, err := openRead(m.path(name)); err != nil || string(b) != name {
 			t.Fatalf("%s: %q, %v", name, b, err)
 		}
 	}
-	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a != 0 || g != 0 {
-		t.Errorf("3 opens by root right after their LOOKUPs sent %d ACCESS and %d GETATTR, want 0 and 0", a, g)
+	if a := d(nfs3.ProcAccess); a != 3 {
+		t.Errorf("root's first opens of 3 files sent %d ACCESS, want 3 (one each)", a)
 	}
-	// Past the LOOKUP and the attributes' timeout: the kernel's
-	// permission check asks for the attributes (an ACCESS for root,
-	// getattrByAccess), and they are the open's revalidation too.
+	d = opDeltas(m)
+	for _, name := range []string{"a", "b", "c"} {
+		if b, err := openRead(m.path(name)); err != nil || string(b) != name {
+			t.Fatalf("%s again: %q, %v", name, b, err)
+		}
+	}
+	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a != 0 || g > 3 {
+		t.Errorf("root's second opens of 3 unchanged files sent %d ACCESS and %d GETATTR, want 0 and at most 3", a, g)
+	}
+	// Changed on the server: the kernel's permission check or the open's
+	// revalidation sees it, and root's next open asks again.
 	time.Sleep(lookupFresh + 100*time.Millisecond)
 	check(t, os.WriteFile(filepath.Join(srv.Dir, "a"), []byte("A changed"), 0o644))
 	later := time.Now().Add(time.Hour)
 	check(t, os.Chtimes(filepath.Join(srv.Dir, "a"), later, later))
+	for i := range 2 {
+		if b, err := openRead(m.path("a")); err != nil || string(b) != "A changed" {
+			t.Fatalf("a changed on the server, open %d: %q, %v", i+1, b, err)
+		}
+	}
 	d = opDeltas(m)
 	if b, err := openRead(m.path("a")); err != nil || string(b) != "A changed" {
 		t.Fatalf("a changed on the server: %q, %v", b, err)
 	}
-	if a, g := d(nfs3.ProcAccess), d(nfs3.ProcGetattr); a+g != 1 {
-		t.Errorf("an open by root past its LOOKUP, its attributes timed out, sent %d ACCESS and %d GETATTR, want one call", a, g)
+	if a := d(nfs3.ProcAccess); a != 0 {
+		t.Errorf("an open by root of a file asked since its change sent %d ACCESS, want 0", a)
+	}
+}
+
+// TestRootSquashSwitched: the export is switched to root_squash after
+// root's creation showed it unsquashed and root opened file a. Root's open
+// of file b, never asked for, goes to the server, which refuses it
+// (EACCES), as on the Linux client, whose access cache is per file; a,
+// unchanged, still opens on the rights asked before (as the Linux client's
+// cached ACCESS answers), until it changes.
+func TestRootSquashSwitched(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: what is tested is root's opens (make check and CI run as root)")
+	}
+	srv := startGoNFS(t, backendDisk)
+	for _, name := range []string{"a", "b"} {
+		p := filepath.Join(srv.Dir, name)
+		check(t, os.WriteFile(p, []byte(name), 0o600))
+		check(t, os.Chown(p, 1000, 1000))
+	}
+	m, rec := mountRecorded(t, srv, nil, MountConfig{})
+	check(t, os.Mkdir(m.path("made-by-root"), 0o700)) // owned by uid 0: not squashed
+	if b, err := openRead(m.path("a")); err != nil || string(b) != "a" {
+		t.Fatalf("root reads a: %q, %v", b, err)
+	}
+	if _, err := os.Lstat(m.path("b")); err != nil {
+		t.Fatal(err)
+	}
+	// exportfs -o root_squash: root is nobody, refused ACCESS and READ of
+	// another user's 0600 file.
+	rec.mu.Lock()
+	rec.refuse = func(c sentCall) bool {
+		a, err := sunrpc.ParseAuthSys(c.cred)
+		return (c.proc == nfs3.ProcAccess || c.proc == nfs3.ProcRead) && err == nil && a.UID == 0
+	}
+	rec.mu.Unlock()
+	if f, err := os.Open(m.path("b")); !errors.Is(err, syscall.EACCES) {
+		if err == nil {
+			f.Close()
+		}
+		t.Errorf("root's open of b after the switch: %v, want EACCES", err)
+	}
+	if b, err := openRead(m.path("a")); err != nil || string(b) != "a" {
+		t.Errorf("root reads a again (rights asked before, a unchanged): %q, %v", b, err)
+	}
+	time.Sleep(lookupFresh + 100*time.Millisecond)
+	later := time.Now().Add(time.Hour)
+	check(t, os.Chtimes(filepath.Join(srv.Dir, "a"), later, later))
+	var err error
+	for range 2 {
+		_, err = openRead(m.path("a"))
+	}
+	if !errors.Is(err, syscall.EACCES) {
+		t.Errorf("root reads a, changed since its rights were asked: %v, want EACCES", err)
 	}
 }
 

@@ -110,17 +110,21 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 	if flags&syscall.O_TRUNC != 0 {
 		want |= nfs3.AccessModify
 	}
-	// The ACCESS that answered this open's permission check, just before
-	// (getattrByAccess), answers this too.
-	if rights, attr, ok := n.takeRootAcc(); ok {
+	// Root's last ACCESS of this file answers while the file's attributes
+	// have not changed since, as the Linux client's access cache does; its
+	// attributes are this open's revalidation if it answered the
+	// permission check just before (getattrByAccess).
+	if rights, attr, fresh, known := n.takeRootAcc(); known {
 		if rights&want != want {
 			return nil, syscall.EACCES
 		}
-		return &attr, 0
+		if fresh {
+			return &attr, 0
+		}
+		return nil, 0
 	}
 	// Asked for more than want (rootAccessAsked holds every right want
-	// can name): the rights granted may show that root is not squashed
-	// (learnRootRights), and the next opens need not ask.
+	// can name): later opens asking other rights need not ask again.
 	var r nfs3.AccessResult
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Access(ctx, fh, rootAccessAsked)
@@ -131,26 +135,34 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 		return nil, toErrno(err)
 	}
 	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
+	if r.Attr != nil {
+		n.mu.Lock()
+		n.rootAcc = rootAccessResult{known: true, rights: r.Access, attr: *r.Attr}
+		n.mu.Unlock()
+	}
 	if r.Access&want != want {
 		return nil, syscall.EACCES
 	}
 	return r.Attr, 0
 }
 
-// takeRootAcc returns the rights root was granted, and the attributes
-// fetched, by the ACCESS that answered the permission check just before
-// this open (getattrByAccess), if there was one within rootAccessFresh:
-// the attributes serve as the open's close-to-open revalidation. It is one
-// open's: the next asks again.
-func (n *node) takeRootAcc() (rights uint32, attr nfs3.Attr, ok bool) {
+// takeRootAcc returns the rights root was granted by its last ACCESS of
+// the file, if known (the attributes unchanged since: sameAccess), and whether that
+// ACCESS answered the permission check just before this open
+// (getattrByAccess, within rootAccessFresh): then its attributes, attr,
+// serve as the open's close-to-open revalidation, once: the next open
+// revalidates.
+func (n *node) takeRootAcc() (rights uint32, attr nfs3.Attr, fresh, known bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	acc := n.rootAcc
-	n.rootAcc = rootAccessResult{}
-	if acc.at.IsZero() || n.fsys.now().Sub(acc.at) >= rootAccessFresh {
-		return 0, nfs3.Attr{}, false
+	if !acc.known || !sameAccess(&acc.attr, &n.attrs.attr) {
+		n.rootAcc = rootAccessResult{}
+		return 0, nfs3.Attr{}, false, false
 	}
-	return acc.rights, n.attrs.attr, true
+	n.rootAcc.at = time.Time{}
+	fresh = !acc.at.IsZero() && n.fsys.now().Sub(acc.at) < rootAccessFresh
+	return acc.rights, n.attrs.attr, fresh, true
 }
 
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
@@ -197,15 +209,9 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
 		return nil, 0, syscall.EROFS
 	}
-	// accessAttr: the attributes root's ACCESS just brought. Where root is
-	// known not to be squashed, the server lets it do what the kernel's
-	// check let it: its open is any caller's.
+	// accessAttr: the attributes root's ACCESS just brought.
 	var accessAttr *nfs3.Attr
-	if asRoot && n.rootUnsquashed() {
-		if _, a, ok := n.takeRootAcc(); ok {
-			accessAttr = &a
-		}
-	} else if asRoot {
+	if asRoot {
 		a, errno := n.rootAccess(ctx, flags)
 		if errno != 0 {
 			return nil, 0, errno

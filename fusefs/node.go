@@ -60,8 +60,9 @@ type node struct {
 	// right after needs no GETATTR of its own (see Open).
 	lookupAt   time.Time
 	lookupKeep bool
-	// rootAcc: root's rights on the object from an ACCESS that served a
-	// GETATTR (see getattrByAccess), for the open that follows.
+	// rootAcc: root's rights on the object from its last ACCESS with
+	// root's credential, while the attributes have not changed since (see
+	// rootAccess).
 	rootAcc rootAccessResult
 
 	// staleData: attributes seen since the last open showed the data
@@ -257,7 +258,6 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 		n.dropNamesLocked() // changed by someone: the names may be too
 		n.kept = nil
 		n.staleData = true
-		n.rootAcc = rootAccessResult{} // its mode or owner may have too
 	}
 	return changed
 }
@@ -328,10 +328,25 @@ func (n *node) recorded() (nfs3.Attr, time.Duration) {
 	return a, n.attrs.timeo
 }
 
-// rootAccessResult is what an ACCESS told of root's rights on a file.
+// rootAccessResult is what an ACCESS told of root's rights on a file: as
+// the Linux client's access cache entry (per credential, per inode), it
+// holds while the file's cached attributes show the ctime, mode and owner
+// the reply carried (see sameAccess), and no longer: a right learnt on one file says nothing of another, nor of the
+// same one once changed (an export switched to root_squash, an ACL).
 type rootAccessResult struct {
-	at     time.Time // when it came (zero: none)
+	known  bool
 	rights uint32    // the granted nfs3.Access* bits of rootAccessAsked
+	attr   nfs3.Attr // the attributes the reply carried
+	// at: when it came, for the open right after (its attributes are that
+	// open's close-to-open revalidation); zero once an open took them.
+	at time.Time
+}
+
+// sameAccess reports whether attributes b leave the rights an ACCESS
+// reply with attributes a granted as they were: the same ctime (the Linux
+// client's change attribute for NFSv3), mode and owner.
+func sameAccess(a, b *nfs3.Attr) bool {
+	return a.Ctime == b.Ctime && a.Mode == b.Mode && a.UID == b.UID && a.GID == b.GID && a.Type == b.Type
 }
 
 // rootAccessAsked is what getattrByAccess asks of a file for root.
@@ -361,7 +376,7 @@ func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time
 	n.setAttr(r.Attr)
 	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
 	n.mu.Lock()
-	n.rootAcc = rootAccessResult{at: n.fsys.now(), rights: r.Access}
+	n.rootAcc = rootAccessResult{known: true, rights: r.Access, attr: *r.Attr, at: n.fsys.now()}
 	n.mu.Unlock()
 	a, timeo := n.recorded()
 	return a, timeo, nil

@@ -197,16 +197,6 @@ func (f *FS) learnRootRights(ctx context.Context, a *nfs3.Attr, granted uint32) 
 	}
 }
 
-// rootUnsquashed reports whether root is known not to be squashed in n's
-// file system: then the server grants root what the kernel's own check
-// (default_permissions) grants it, and an open by root need not ask.
-func (n *node) rootUnsquashed() bool {
-	n.mu.Lock()
-	fsid, valid := n.attrs.attr.FSID, n.attrs.valid || !n.attrs.at.IsZero()
-	n.mu.Unlock()
-	return valid && n.fsys.squash.unsquashed(fsid, n.fsys.now())
-}
-
 // learnRefused records a refusal (EACCES) of root's LOOKUP or creation in
 // directory n, called with ctx, as root squashed there.
 func (n *node) learnRefused(ctx context.Context, err error) {
