@@ -135,6 +135,37 @@ func TestNamesOtherClient(t *testing.T) {
 	}
 }
 
+// TestNamesOtherClientNotLookedUp: a name another client made in a
+// directory this mount made, never looked up here, is found by its first
+// lookup once namesFresh has passed since this mount's last change there,
+// with the directory's attributes still trusted (acdirmin 30 s): the Linux
+// client, holding no negative entry for it, asks the server.
+func TestNamesOtherClientNotLookedUp(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	check(t, os.Mkdir(m.path("own"), 0o755))
+	check(t, os.WriteFile(m.path("own/mine"), nil, 0o644))
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "own", "theirs"), []byte("x"), 0o644))
+	time.Sleep(m.fsys.namesFresh() + 100*time.Millisecond)
+	if b, err := os.ReadFile(m.path("own/theirs")); err != nil || string(b) != "x" {
+		t.Errorf("read the other client's file, never looked up here: %q, %v", b, err)
+	}
+	// A name found missing is a negative entry: kept while the directory's
+	// attributes are (the next lookups ask nothing).
+	if _, err := os.Lstat(m.path("own/absent")); !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	d := opDeltas(m)
+	for range 3 {
+		if _, err := os.Lstat(m.path("own/absent")); !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	if l := d(nfs3.ProcLookup); l != 0 {
+		t.Errorf("3 lookups of a name found missing: %d LOOKUP, want 0", l)
+	}
+}
+
 // TestNamesLookupCachePos: with lookupcache=pos, a name another client
 // makes in a directory this mount made is found at once, attribute
 // timeouts notwithstanding (with lookupcache=all it is found when the

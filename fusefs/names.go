@@ -16,19 +16,27 @@ import (
 // READDIRPLUS seeing a new mtime, size or ctime, a mismatched wcc before)
 // end the knowledge for good.
 //
-// While the directory's attributes are fresh (its acdirmin/acdirmax
-// timeout), a name it does not hold is missing without a LOOKUP: the
-// kernel's lookup before a mkdir, create or rename target costs no round
-// trip, as the Linux client skips the LOOKUP of a name it is about to
-// create. This trusts the directory exactly as a cached negative entry is
-// trusted (nfs(5) lookupcache=all); lookupcache=pos and none turn it off,
-// and noac (no fresh attributes) never uses it.
+// A name it does not hold is missing without a LOOKUP for a moment only:
+// namesFresh (a second at most) after the server last showed the
+// directory's state (attributes fetched, or this mount's own change with
+// a matching wcc before), and the kernel is told so for no longer. The
+// kernel's lookup before a mkdir, create or rename target then costs no
+// round trip (the Linux client skips the LOOKUP of a name it is about to
+// create, and FUSE does not say why it looks a name up): tar -x and cp -r
+// make each name soon after the one before. A name never looked up has no
+// negative entry on the Linux client, which asks the server for it: past
+// that moment, so does this mount, and a name another client made in a
+// directory this mount made is found as soon as on the Linux client
+// (within the second otherwise). lookupcache=pos and none turn it off, and
+// noac (no fresh attributes) never uses it.
 
 //
-// Names a LOOKUP found missing are kept the same way (neg), under the
-// same conditions: they answer the kernel's LOOKUPs of a rename target or
-// a mkdir or exclusive create, which FUSE sends even over a negative
-// dentry it holds, where the Linux client would trust that dentry.
+// Names a LOOKUP found missing are kept (neg) while the directory's
+// attributes are fresh, as the Linux client trusts a negative dentry
+// (nfs(5) lookupcache=all): they answer the kernel's LOOKUPs of a rename
+// target or a mkdir or exclusive create, which FUSE sends even over a
+// negative dentry it holds, where the Linux client would trust that
+// dentry.
 
 // maxNames bounds the names a directory keeps (beyond, it forgets them all).
 const maxNames = 1 << 16
@@ -66,21 +74,33 @@ func (n *node) sawMissing(name string) {
 	n.neg[name] = struct{}{}
 }
 
+// namesFresh is how long after the server last showed a directory's state
+// its complete set of names answers for a name not in it (see above).
+func (f *FS) namesFresh() time.Duration {
+	return min(f.opts.AcDirMin, lookupFresh)
+}
+
 // knownAbsent reports whether name is known missing from directory n
 // without asking the server, and for how long that may be trusted.
 func (n *node) knownAbsent(name string) (time.Duration, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if _, missing := n.neg[name]; !missing {
-		if !n.namesOK {
-			return 0, false
-		}
-		if _, ok := n.names[name]; ok {
-			return 0, false
-		}
+	now := n.fsys.now()
+	left, fresh := n.attrs.fresh(now)
+	if _, missing := n.neg[name]; missing || !fresh {
+		return left, fresh && missing
 	}
-	left, fresh := n.attrs.fresh(n.fsys.now())
-	return left, fresh
+	if !n.namesOK {
+		return 0, false
+	}
+	if _, ok := n.names[name]; ok {
+		return 0, false
+	}
+	w := n.fsys.namesFresh() - now.Sub(n.attrs.at)
+	if w <= 0 {
+		return 0, false
+	}
+	return min(left, w), true
 }
 
 // sawName notes that a LOOKUP found name in n: if n's names lack it,
