@@ -48,31 +48,30 @@ import (
 // one FUSE request per path walk through them, answered without a call
 // except root's first one per attribute timeout.
 //
-// None of this is needed where the server does not squash root: there it
-// lets root search every directory, as the kernel's own check does, and
-// every other caller is checked by the kernel against the directory's mode
-// as before. The private treatment is skipped while this mount knows root
-// is not squashed (rootSquash): without that, cp -a or tar -x as root,
+// None of this is needed for a directory root may search: there the
+// server lets root do what the kernel's own check lets it, and every other
+// caller is checked by the kernel against the directory's mode as before.
+// The private treatment is skipped while root's verdict on the directory
+// (node.rootSearch) is "allowed": without that, cp -a or tar -x as root,
 // which make every directory 0700 and set its mode at the end, would cost
-// a FUSE LOOKUP of each directory for every file made in it. The mount
-// learns it from root's own creations, and from root's ACCESS calls that
-// grant a right only root itself can have (learnRootRights). An object
-// made with root's credential by an exclusive creation (MKDIR, SYMLINK,
-// MKNOD, CREATE GUARDED: an UNCHECKED CREATE may have opened a file
-// someone else made) is owned by root only if the server did not map root
-// to its anonymous uid; owned by another uid, it shows root squashed, as
-// does root's LOOKUP or creation refused with EACCES (root passes every
-// permission check of a server that does not squash it). What was learnt
-// holds for acdirmax from the last creation (or ACCESS) that showed it, as
-// the kernel client keeps root's ACCESS replies for a directory's
-// attribute timeout, and per file system (fsid): a server exporting with
-// crossmnt or nohide shows several exports, each with its own squashing,
-// under one mount. Evidence
-// of squashing ends it at once. The kernel's entries given while it held,
-// with the usual timeouts, are not taken back when it ends, lapsed or
-// contradicted: they expire within their timeout (acdirmax at most), the
-// time the kernel client would answer root from an ACCESS reply of
-// before the change.
+// a FUSE LOOKUP of each directory for every file made in it (a directory
+// root made is its own: madeByRoot). The verdict is the directory's own,
+// as the kernel client's ACCESS replies are kept per inode: what root may
+// do in one directory says nothing of another, and nothing once the
+// directory's mode changes or its attributes time out. The kernel's
+// entries given while it held, with the usual timeouts, are not taken back
+// when it lapses: they expire within their timeout (the directory's
+// attribute timeout).
+//
+// What root's creations show of the server's squashing as a whole
+// (rootSquash: learnCreated, learnRootRights, learnRefused) serves only
+// where no per-object answer exists: whether root's listings of a
+// directory others may not read are kept (dircache.go), and whether
+// root's SETATTR may be deferred (setattr.go). It holds for acdirmax from
+// the last creation (or ACCESS) that showed it, per file system (fsid): a
+// server exporting with crossmnt or nohide shows several exports, each
+// with its own squashing, under one mount. Evidence of squashing ends it
+// at once.
 
 // private reports whether directory n's names are kept from the kernel's
 // caches (see above).
@@ -81,10 +80,9 @@ func (n *node) private() bool {
 		return false
 	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	priv := n.attrs.attr.Type == nfs3.TypeDir && n.attrs.attr.Mode&0o001 == 0
-	fsid := n.attrs.attr.FSID
-	n.mu.Unlock()
-	return priv && !n.fsys.squash.unsquashed(fsid, n.fsys.now())
+	return priv && !n.rootAllowedLocked()
 }
 
 // rootSquash is what the server has shown of its squashing of root, per
@@ -216,6 +214,13 @@ type rootVerdict struct {
 	known, allowed bool
 	mode           uint32
 	until          time.Time
+}
+
+// rootAllowedLocked reports whether the server's verdict on root's search
+// of n is known and "allowed"; n.mu is held.
+func (n *node) rootAllowedLocked() bool {
+	v := n.rootSearch
+	return v.known && v.allowed && v.mode == n.attrs.attr.Mode && n.fsys.now().Before(v.until)
 }
 
 // rootAllowed returns the server's verdict on root's search of n, if known.

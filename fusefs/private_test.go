@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
@@ -101,11 +100,12 @@ func TestPrivateDirRoot(t *testing.T) {
 	}
 }
 
-// TestPrivateDirMadeByRoot: a private directory root makes (tar -x makes
+// TestPrivateDirMadeByRoot: a 0700 directory root makes (tar -x makes
 // its directories 0700 and sets their modes at the end) is root's own on
-// the server, squashed or not: root's work in it needs no LOOKUP to learn
-// that it may search it. The server squashes root (its creations come
-// back owned by the anonymous uid), so the directories stay private.
+// the server, squashed or not (the server squashes root here: its
+// creations come back owned by the anonymous uid): root may search it, its
+// work in it needs no LOOKUP to learn that, and the kernel keeps its
+// entries (one FUSE LOOKUP per new name).
 func TestPrivateDirMadeByRoot(t *testing.T) {
 	srv := startGoNFS(t, backendDiskSquashed)
 	check(t, os.Chmod(srv.Dir, 0o755))
@@ -132,10 +132,8 @@ func TestPrivateDirMadeByRoot(t *testing.T) {
 	if got := rec.since(from, nfs3.ProcLookup); len(got) != 0 {
 		t.Errorf("root making files in 0700 directories it made: %d LOOKUP calls, want 0", len(got))
 	}
-	// Private: the kernel looks up the directory and the file again for
-	// the stat after each file made.
-	if l < 2*dirs*files {
-		t.Errorf("root making and statting files in 0700 directories on a squashing server: %d FUSE LOOKUPs, want at least %d (the directories private)", l, 2*dirs*files)
+	if l > dirs*files {
+		t.Errorf("root making and statting files in 0700 directories it made on a squashing server: %d FUSE LOOKUPs, want at most %d (one per new name)", l, dirs*files)
 	}
 }
 
@@ -206,76 +204,73 @@ func TestPrivateDirRootUnsquashed(t *testing.T) {
 	}
 }
 
-// TestPrivateDirSquashEvidence: evidence that the server squashes root
-// (root's LOOKUP refused; root's creation owned by another uid) makes
-// 0700 directories private again at once, and a creation owned by root
-// makes them public again.
-func TestPrivateDirSquashEvidence(t *testing.T) {
-	srv := startGoNFS(t, backendDiskSquashed)
-	srv.SquashRoot(false)
-	check(t, os.Chmod(srv.Dir, 0o755))
-	check(t, os.WriteFile(filepath.Join(srv.Dir, "server-made"), nil, 0o644))
-	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
-	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
-	check(t, os.Mkdir(m.path("top"), 0o700))
-	public := topPublic(t, m)
-	public("root's MKDIR owned by root", true)
-
-	// Root's LOOKUP refused: squashed.
-	rec.mu.Lock()
-	rec.refuse = func(c sentCall) bool {
-		a, err := sunrpc.ParseAuthSys(c.cred)
-		return c.proc == nfs3.ProcLookup && err == nil && a.UID == 0
-	}
-	rec.mu.Unlock()
-	if _, err := os.Lstat(m.path("server-made")); !errors.Is(err, syscall.EACCES) {
-		t.Fatalf("root's lstat, its LOOKUP refused: %v, want EACCES", err)
-	}
-	rec.mu.Lock()
-	rec.refuse = nil
-	rec.mu.Unlock()
-	public("root's LOOKUP refused", false)
-
-	// A creation owned by root again (the export changed to
-	// no_root_squash): not squashed.
-	check(t, os.Mkdir(m.path("top/again"), 0o700))
-	public("root's MKDIR owned by root again", true)
-
-	// A creation owned by the anonymous uid: squashed.
-	srv.SquashRoot(true)
-	check(t, os.Symlink("target", m.path("top/anon")))
-	if fi, err := os.Lstat(filepath.Join(srv.Dir, "top/anon")); err != nil || fi.Sys().(*syscall.Stat_t).Uid != fusefstest.AnonUID {
-		t.Fatalf("the symlink root made on the squashing server: %v, %v; want owned by %d", fi, err, fusefstest.AnonUID)
-	}
-	public("root's SYMLINK owned by the anonymous uid", false)
-}
-
-// TestPrivateDirUnsquashedLapses: what root's creations showed of the
-// server holds for acdirmax from the last one: then 0700 directories are
-// private again until a creation shows it anew.
-func TestPrivateDirUnsquashedLapses(t *testing.T) {
+// TestPrivateDirSquashSwitched: root's verdict on a directory is that
+// directory's own, as the Linux client's ACCESS replies are kept per
+// inode: root's mkdir (owned by uid 0: the server did not squash root)
+// says nothing of another user's 0700 directory. Once the export squashes
+// root, the owner's walk there leaves the kernel no entry for root to use,
+// and root's stat is refused (EACCES) as on the Linux client. The
+// directory root made stays public while its verdict holds, and root's
+// search is asked again once its attributes time out.
+func TestPrivateDirSquashSwitched(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	check(t, os.Chmod(srv.Dir, 0o755))
-	// The mount's clock runs ahead of the real one by skew (the kernel's
-	// entry timeouts run on the real one).
+	d := filepath.Join(srv.Dir, "priv")
+	check(t, os.Mkdir(d, 0o700))
+	check(t, os.Chmod(d, 0o700))
+	check(t, os.WriteFile(filepath.Join(d, "f"), []byte("x"), 0o644))
+	check(t, os.Chown(d, 1001, 1001))
+	check(t, os.Chown(filepath.Join(d, "f"), 1001, 1001))
 	var skew atomic.Int64
-	m, _ := mountRecordedSetup(t, srv, nil, MountConfig{AllowOther: true}, func(f *FS) {
+	m, rec := mountRecordedSetup(t, srv, nil, MountConfig{AllowOther: true}, func(f *FS) {
 		f.now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	})
 	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
-	acdirmax := m.fsys.opts.AcDirMax
 	check(t, os.Mkdir(m.path("top"), 0o700))
 	public := topPublic(t, m)
-	// The clock is moved on by less than acdirmax, then past it.
-	skew.Add(int64(acdirmax - 5*time.Second))
-	public("acdirmax less 5s after root's MKDIR", true)
-	skew.Add(int64(10 * time.Second))
-	public("acdirmax and 5s after root's MKDIR", false)
-	// A new creation owned by root: for another acdirmax from it.
-	check(t, os.Mkdir(m.path("top/again"), 0o700))
-	public("just after another MKDIR", true)
-	skew.Add(int64(acdirmax - 5*time.Second))
-	public("acdirmax less 5s after the other MKDIR", true)
-	skew.Add(int64(10 * time.Second))
-	public("acdirmax and 5s after the other MKDIR", false)
+	public("root's own directory", true)
+
+	// exportfs -o root_squash: root's LOOKUPs refused.
+	refuseRoot := func(on bool) {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		rec.refuse = nil
+		if on {
+			rec.refuse = func(c sentCall) bool {
+				a, err := sunrpc.ParseAuthSys(c.cred)
+				return c.proc == nfs3.ProcLookup && err == nil && a.UID == 0
+			}
+		}
+	}
+	refuseRoot(true)
+	cmd := exec.Command("stat", "-c", "%i", m.path("priv/f"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("stat as the owner: %v: %s", err, out)
+	}
+	if _, err := os.Lstat(m.path("priv/f")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("root's lstat in another user's 0700 directory, root squashed since its mkdir elsewhere: %v, want EACCES", err)
+	}
+	public("root's own directory, its verdict held", true)
+
+	refuseRoot(false)
+	rootLookups := func(from int) (n int) {
+		for _, c := range rec.since(from, nfs3.ProcLookup) {
+			if a, err := sunrpc.ParseAuthSys(c.cred); err == nil && a.UID == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	from := rec.mark()
+	makeAndStat(t, m, m.path("top/before"), 3)
+	if n := rootLookups(from); n != 0 {
+		t.Errorf("root's work in its own directory while its verdict holds: %d LOOKUP calls, want 0", n)
+	}
+	skew.Add(int64(m.fsys.opts.AcDirMax + 5*time.Second))
+	from = rec.mark()
+	makeAndStat(t, m, m.path("top/after"), 3)
+	if n := rootLookups(from); n == 0 {
+		t.Errorf("root's work in its own directory past its attribute timeout: no LOOKUP call, want root's search asked again")
+	}
 }

@@ -256,11 +256,13 @@ func TestNamespaceStaleSameIno(t *testing.T) {
 // root_squash while mounted (exportfs -o, restored with exportfs -ra).
 // Before, root reads file a and makes a directory (its owner, uid 0, shows
 // root unsquashed), and the owner (uid 1001) reads its 0600 file b (its
-// pages cached). After, root reads a and b again. The kernel client asks
-// ACCESS per credential and keeps the answer per file while the file's
-// attributes do not change: root may still read a (asked before), and b
-// is refused (EACCES) — nfsrdma-mount must not serve root b's cached
-// pages.
+// pages cached). After, root reads a and b again, and stats a file in the
+// owner's 0700 directory p just after the owner did. The kernel client
+// asks ACCESS per credential and keeps the answer per file while the
+// file's attributes do not change: root may still read a (asked before),
+// and b and p are refused (EACCES) — nfsrdma-mount must not serve root
+// b's cached pages, nor p's name the owner's walk left in the kernel's
+// dentry cache.
 func TestNamespaceRootSquashSwitch(t *testing.T) {
 	mounts := nsMounts(t, insecureExportDir)
 	for _, m := range mounts {
@@ -283,6 +285,26 @@ func TestNamespaceRootSquashSwitch(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	for _, label := range []string{"kernel", "nfsrdma"} {
+		p := filepath.Join(insecureExportDir, top, "p-"+label)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "f"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{p, filepath.Join(p, "f")} {
+			if err := os.Chown(q, int(owner.uid), int(owner.gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	stat := func(a pcActor, p string) string {
+		return asActor(a, func() string {
+			_, err := os.Lstat(p)
+			return en(err)
+		})
 	}
 	read := func(a pcActor, p, name string) string {
 		return asActor(a, func() string {
@@ -315,10 +337,13 @@ func TestNamespaceRootSquashSwitch(t *testing.T) {
 		fmt.Fprintf(&outs[i], "root_squash: root reads b: %s\n", read(pcRoot, filepath.Join(m.dir, b), b))
 		fmt.Fprintf(&outs[i], "root_squash: root reads a: %s\n", read(pcRoot, filepath.Join(m.dir, a), a))
 		fmt.Fprintf(&outs[i], "root_squash: the owner reads b: %s\n", read(owner, filepath.Join(m.dir, b), b))
+		pf := filepath.Join(m.dir, top, "p-"+m.label, "f")
+		fmt.Fprintf(&outs[i], "root_squash: the owner stats p/f in its 0700 directory: %s\n", stat(owner, pf))
+		fmt.Fprintf(&outs[i], "root_squash: root stats p/f: %s\n", stat(pcRoot, pf))
 	}
 	k, o := outs[0].String(), outs[1].String()
 	t.Logf("kernel:\n%snfsrdma:\n%s", k, o)
-	if !strings.Contains(k, "root_squash: root reads b: EACCES") {
+	if !strings.Contains(k, "root_squash: root reads b: EACCES") || !strings.Contains(k, "root stats p/f: EACCES") {
 		t.Errorf("the kernel's mount let squashed root read b (the scenario means nothing):\n%s", k)
 	}
 	if k != o {
