@@ -70,21 +70,23 @@ func nsTop(t *testing.T, exp, what string) string {
 // (through a mount): 100 bytes written through a descriptor before or after
 // the file is unlinked (or another renamed over it), then fstat and a read
 // from the start, with the cached pages kept or dropped, close, and
-// whether the .nfs file is gone 5 s after the close.
-func nsRemovedOpen(dir string, rename, writeBefore, drop bool) string {
+// whether the .nfs file is gone 5 s after the close. The link count fstat
+// gives after the removal comes apart (see TestNamespaceOpenFileRemoved).
+func nsRemovedOpen(dir string, rename, writeBefore, drop bool) (string, uint64) {
 	var out strings.Builder
+	nlink := ^uint64(0)
 	target, other := filepath.Join(dir, "target"), filepath.Join(dir, "other")
 	if err := os.WriteFile(target, nil, 0o644); err != nil {
-		return "setup: " + err.Error()
+		return "setup: " + err.Error(), nlink
 	}
 	if rename {
 		if err := os.WriteFile(other, []byte("the other file"), 0o644); err != nil {
-			return "setup: " + err.Error()
+			return "setup: " + err.Error(), nlink
 		}
 	}
 	f, err := os.OpenFile(target, os.O_RDWR, 0)
 	if err != nil {
-		return "open: " + en(err)
+		return "open: " + en(err), nlink
 	}
 	data := bytes.Repeat([]byte("0123456789"), 10)
 	write := func() {
@@ -104,7 +106,8 @@ func nsRemovedOpen(dir string, rename, writeBefore, drop bool) string {
 	}
 	var st unix.Stat_t
 	err = unix.Fstat(int(f.Fd()), &st)
-	fmt.Fprintf(&out, "fstat: %s size %d nlink %d\n", en(err), st.Size, st.Nlink)
+	fmt.Fprintf(&out, "fstat: %s size %d\n", en(err), st.Size)
+	nlink = st.Nlink
 	if drop {
 		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	}
@@ -135,7 +138,7 @@ func nsRemovedOpen(dir string, rename, writeBefore, drop bool) string {
 		}
 	}
 	fmt.Fprintf(&out, ".nfs files left 5 s after the close: %d\n", left)
-	return out.String()
+	return out.String(), nlink
 }
 
 // TestNamespaceOpenFileRemoved: an open file unlinked, or renamed over,
@@ -143,6 +146,11 @@ func nsRemovedOpen(dir string, rename, writeBefore, drop bool) string {
 // shows what was written and a read returns it, whether the write came
 // before or after the removal and whether the pages are still cached, as
 // on the kernel's mount (Connectathon special op_unlk, op_ren).
+//
+// One known difference: fstat's link count after the removal. The kernel's
+// mount counts the link of the .nfs name (1); nfsrdma-mount hides it (0,
+// as a local file system shows an unlinked open file). It is logged, not
+// compared.
 func TestNamespaceOpenFileRemoved(t *testing.T) {
 	mounts := nsMounts(t, insecureExportDir)
 	top := nsTop(t, insecureExportDir, "removed")
@@ -153,13 +161,15 @@ func TestNamespaceOpenFileRemoved(t *testing.T) {
 					map[bool]string{false: "-then-write", true: "-after-write"}[writeBefore] +
 					map[bool]string{false: "", true: "-dropped"}[drop]
 				outs := make([]string, len(mounts))
+				nlinks := make([]uint64, len(mounts))
 				for i, m := range mounts {
 					sub := filepath.Join(top, m.label+"-"+name)
 					if err := os.Mkdir(filepath.Join(insecureExportDir, sub), 0o755); err != nil {
 						t.Fatal(err)
 					}
-					outs[i] = nsRemovedOpen(filepath.Join(m.dir, sub), rename, writeBefore, drop)
+					outs[i], nlinks[i] = nsRemovedOpen(filepath.Join(m.dir, sub), rename, writeBefore, drop)
 				}
+				t.Logf("%s: nlink after the removal: kernel %d, nfsrdma %d (known to differ: nfsrdma-mount hides the .nfs link)", name, nlinks[0], nlinks[1])
 				if !strings.Contains(outs[0], "read: 100 bytes, the written ones true") {
 					t.Errorf("%s: the kernel's mount did not read back what was written (the scenario means nothing):\n%s", name, outs[0])
 				}
