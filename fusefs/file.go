@@ -147,8 +147,8 @@ func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscal
 }
 
 // takeRootAcc returns the rights root was granted by its last ACCESS of
-// the file, if known (the attributes unchanged since: sameAccess), and whether that
-// ACCESS answered the permission check just before this open
+// the file, if known (the attributes unchanged since: sameAccess), and
+// whether that ACCESS answered the permission check just before this open
 // (getattrByAccess, within rootAccessFresh): then its attributes, attr,
 // serve as the open's close-to-open revalidation, once: the next open
 // revalidates.

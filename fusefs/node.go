@@ -331,8 +331,9 @@ func (n *node) recorded() (nfs3.Attr, time.Duration) {
 // rootAccessResult is what an ACCESS told of root's rights on a file: as
 // the Linux client's access cache entry (per credential, per inode), it
 // holds while the file's cached attributes show the ctime, mode and owner
-// the reply carried (see sameAccess), and no longer: a right learnt on one file says nothing of another, nor of the
-// same one once changed (an export switched to root_squash, an ACL).
+// the reply carried (see sameAccess), and no longer: a right learnt on
+// one file says nothing of another (an export switched to root_squash
+// since), nor of the same one once changed (its mode, owner or ACL).
 type rootAccessResult struct {
 	known  bool
 	rights uint32    // the granted nfs3.Access* bits of rootAccessAsked
