@@ -559,6 +559,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		return err
 	})
 	d.n.setAttr(r.DirAttr)
+	d.n.learnRootRead(ctx, err)
 	if err != nil {
 		return toErrno(err)
 	}

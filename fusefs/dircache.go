@@ -32,8 +32,11 @@ import (
 // copy is dropped at the next open, which fills a new one.
 //
 // Not kept with lookupcache=none, noac or actimeo=0 (every listing asks the
-// server), nor for root in a directory others may not read while the
-// server may squash root (private.go): a squashed root is refused there,
+// server), nor for root in a directory others may not read unless the
+// server's last answer to root's own listing of that directory (or root
+// having made it) let root read it, while the directory's attributes are
+// trusted and its mode the same (node.rootRead), as the Linux client keeps
+// root's ACCESS reply for that directory: a squashed root is refused there,
 // and would otherwise read the names another user's listing left.
 
 // listCacheFlags returns the open flags of a directory opened by the FUSE
@@ -46,13 +49,13 @@ func (n *node) listCacheFlags(ctx context.Context) uint32 {
 	}
 	now := f.now()
 	n.mu.Lock()
-	mode, fsid := n.attrs.attr.Mode, n.attrs.attr.FSID
+	mode := n.attrs.attr.Mode
 	old := !n.listCachedAt.IsZero() && now.Sub(n.listCachedAt) >= f.plusFresh()
 	if old {
 		n.listCachedAt = time.Time{}
 	}
 	n.mu.Unlock()
-	if f.shared && f.rootCalls(ctx) && mode&0o004 == 0 && !f.squash.unsquashed(fsid, now) {
+	if f.shared && f.rootCalls(ctx) && mode&0o004 == 0 && !n.rootReadAllowed() {
 		return 0 // the kernel drops its copy: no FOPEN_KEEP_CACHE
 	}
 	if old {

@@ -2,10 +2,13 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // listNames lists dir through the mount, sorted.
@@ -122,6 +126,41 @@ func TestListCacheRootUnreadable(t *testing.T) {
 	listNames(t, m.path("d"))
 	if rp := d(nfs3.ProcReaddirplus); rp == 0 {
 		t.Errorf("root listed a 0751 directory again from the kernel's copy, the server's squashing unknown")
+	}
+}
+
+// TestListCacheRootSquashSwitched: root's listing of a directory others may
+// not read is answered from the kernel's copy only on the server's answer
+// to root's own listing of that directory, as the Linux client keeps
+// root's ACCESS reply per directory: root's mkdir (owned by uid 0, the
+// server not squashing root) says nothing of it. Once the export squashes
+// root, the owner's listing fills the kernel's copy, and root's listing
+// is the server's refusal (EACCES), not the owner's names.
+func TestListCacheRootSquashSwitched(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Chmod(srv.Dir, 0o755))
+	d := filepath.Join(srv.Dir, "e")
+	check(t, os.Mkdir(d, 0o750))
+	check(t, os.Chmod(d, 0o750))
+	check(t, os.WriteFile(filepath.Join(d, "secret-name"), nil, 0o644))
+	check(t, os.Chown(d, 1001, 1001))
+	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
+	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	check(t, os.Mkdir(m.path("top"), 0o700)) // owned by uid 0: not squashed
+	// exportfs -o root_squash: root's listings and lookups refused.
+	rec.mu.Lock()
+	rec.refuse = func(c sentCall) bool {
+		a, err := sunrpc.ParseAuthSys(c.cred)
+		return (c.proc == nfs3.ProcReaddirplus || c.proc == nfs3.ProcLookup) && err == nil && a.UID == 0
+	}
+	rec.mu.Unlock()
+	cmd := exec.Command("ls", m.path("e"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 1001, Gid: 1001}}
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "secret-name") {
+		t.Fatalf("ls as the owner: %v: %s", err, out)
+	}
+	if ents, err := os.ReadDir(m.path("e")); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("root's listing of the owner's 0750 directory, root squashed since its mkdir elsewhere: %v, %v; want EACCES", ents, err)
 	}
 }
 

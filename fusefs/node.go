@@ -111,6 +111,9 @@ type node struct {
 	// the server last said of root's search permission.
 	entryUntil time.Time
 	rootSearch rootVerdict
+	// rootRead: what the server last said of root's reading of the
+	// directory's listing (see listCacheFlags).
+	rootRead rootVerdict
 
 	// When the kernel last began to fill its cache of the directory's
 	// listing, and the READDIRPLUS replies this mount keeps for the next

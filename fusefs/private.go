@@ -65,9 +65,8 @@ import (
 //
 // What root's creations show of the server's squashing as a whole
 // (rootSquash: learnCreated, learnRootRights, learnRefused) serves only
-// where no per-object answer exists: whether root's listings of a
-// directory others may not read are kept (dircache.go), and whether
-// root's SETATTR may be deferred (setattr.go). It holds for acdirmax from
+// where no per-object answer exists: whether root's SETATTR may be
+// deferred (setattr.go). It holds for acdirmax from
 // the last creation (or ACCESS) that showed it, per file system (fsid): a
 // server exporting with crossmnt or nohide shows several exports, each
 // with its own squashing, under one mount. Evidence of squashing ends it
@@ -262,17 +261,44 @@ func (n *node) madeByRoot() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.setRootSearch(n.attrs.attr.Mode&0o100 != 0)
+	n.rootRead = n.verdict(n.attrs.attr.Mode&0o400 != 0)
+}
+
+// learnRootRead records what root's READDIRPLUS of directory n, made with
+// ctx and ended with err, says of root's reading of it: read means
+// allowed, EACCES refused.
+func (n *node) learnRootRead(ctx context.Context, err error) {
+	if !rootCred(ctx) || err != nil && toErrno(err) != syscall.EACCES {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.rootRead = n.verdict(err == nil)
+}
+
+// rootReadAllowed reports whether the server's last verdict on root's
+// reading of directory n's listing holds and allowed it.
+func (n *node) rootReadAllowed() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	v := n.rootRead
+	return v.known && v.allowed && v.mode == n.attrs.attr.Mode && n.fsys.now().Before(v.until)
 }
 
 // setRootSearch records a verdict on root's search of n for as long as n's
 // attributes are trusted (none when they are not); n.mu is held.
 func (n *node) setRootSearch(allowed bool) {
+	n.rootSearch = n.verdict(allowed)
+}
+
+// verdict returns a verdict on root in n for as long as n's attributes are
+// trusted (none when they are not); n.mu is held.
+func (n *node) verdict(allowed bool) rootVerdict {
 	left, fresh := n.attrs.fresh(n.fsys.now())
 	if !fresh {
-		n.rootSearch = rootVerdict{}
-		return
+		return rootVerdict{}
 	}
-	n.rootSearch = rootVerdict{known: true, allowed: allowed, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
+	return rootVerdict{known: true, allowed: allowed, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
 }
 
 // privateLookup answers a LOOKUP of name in the private directory n
