@@ -272,7 +272,7 @@ func TestNamespaceStaleSameIno(t *testing.T) {
 // file's attributes do not change: root may still read a (asked before),
 // and b and p are refused (EACCES) — nfsrdma-mount must not serve root
 // b's cached pages, nor p's name the owner's walk left in the kernel's
-// dentry cache.
+// dentry cache, nor p's listing the owner's left in its listing cache.
 func TestNamespaceRootSquashSwitch(t *testing.T) {
 	mounts := nsMounts(t, insecureExportDir)
 	for _, m := range mounts {
@@ -316,6 +316,15 @@ func TestNamespaceRootSquashSwitch(t *testing.T) {
 			return en(err)
 		})
 	}
+	list := func(a pcActor, p string) string {
+		return asActor(a, func() string {
+			ents, err := os.ReadDir(p)
+			if err != nil {
+				return en(err)
+			}
+			return fmt.Sprintf("%d names", len(ents))
+		})
+	}
 	read := func(a pcActor, p, name string) string {
 		return asActor(a, func() string {
 			got, err := os.ReadFile(p)
@@ -350,6 +359,9 @@ func TestNamespaceRootSquashSwitch(t *testing.T) {
 		pf := filepath.Join(m.dir, top, "p-"+m.label, "f")
 		fmt.Fprintf(&outs[i], "root_squash: the owner stats p/f in its 0700 directory: %s\n", stat(owner, pf))
 		fmt.Fprintf(&outs[i], "root_squash: root stats p/f: %s\n", stat(pcRoot, pf))
+		pd := filepath.Dir(pf)
+		fmt.Fprintf(&outs[i], "root_squash: the owner lists p: %s\n", list(owner, pd))
+		fmt.Fprintf(&outs[i], "root_squash: root lists p: %s\n", list(pcRoot, pd))
 	}
 	k, o := outs[0].String(), outs[1].String()
 	t.Logf("kernel:\n%snfsrdma:\n%s", k, o)
