@@ -80,6 +80,11 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return exitUsage
 	}
+	if opts.Proto == "rdma" && !rdmaBuiltIn && !opts.Remount && !inv.fake {
+		// Before anything else: no later step can make this work.
+		fmt.Fprintf(stderr, "%s: %v\n", name, errNoRDMABuild)
+		return exitMountErr
+	}
 	switch {
 	case inv.fake:
 		// mount(8) -f: everything but the mount.

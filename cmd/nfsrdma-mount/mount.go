@@ -120,17 +120,26 @@ func credential(o *mountOptions) (sunrpc.OpaqueAuth, error) {
 	return a.Credential()
 }
 
-// errNoRDMA is what a mount over RDMA says without an RDMA device.
-var errNoRDMA = errors.New("no RDMA device: create one with `rdma link add rxe0 type rxe netdev IFACE` (Soft-RoCE on network interface IFACE), or mount with proto=tcp")
+// errNoRDMA is what a mount over RDMA says without an RDMA device: first
+// the run-time packages (without ibverbs-providers, libibverbs finds no
+// device even where the kernel has one), then Soft-RoCE for a machine
+// without RDMA hardware.
+var errNoRDMA = errors.New("no RDMA device: install rdma-core's run-time packages (apt-get install libibverbs1 librdmacm1 ibverbs-providers) and load the adapter's driver; without RDMA hardware create a Soft-RoCE device with `rdma link add rxe0 type rxe netdev IFACE` (IFACE: the network interface to the server); or mount with proto=tcp")
+
+// errNoRDMABuild is what a mount over RDMA says in a build without cgo.
+var errNoRDMABuild = errors.New("this nfsrdma-mount was built without RDMA support (no cgo): rebuild it with CGO_ENABLED=1, a C compiler and rdma-core's headers (apt-get install gcc libibverbs-dev librdmacm-dev; see `nfsrdma-mount --version`), or mount with proto=tcp")
 
 // openFabric opens rdma-core, translating its "no device" errors.
 func openFabric() (verbs.Fabric, error) {
+	if !rdmaBuiltIn {
+		return nil, errNoRDMABuild
+	}
 	fab, err := ibv.Open()
 	if err != nil {
 		var oe *verbs.OpError
 		switch {
 		case errors.Is(err, verbs.ErrNoRDMA):
-			return nil, fmt.Errorf("%w (%v)", errNoRDMA, err)
+			return nil, fmt.Errorf("%w (%v)", errNoRDMABuild, err)
 		case errors.Is(err, syscall.ENODEV) || errors.As(err, &oe) && oe.Verb == "ibv_get_device_list":
 			return nil, errNoRDMA
 		}
@@ -174,7 +183,7 @@ func retryable(err error) bool {
 	var ne net.Error
 	var ce *xprt.ConnectError
 	switch {
-	case errors.As(err, new(nfs3.MountStatus)), errors.Is(err, errNoRDMA):
+	case errors.As(err, new(nfs3.MountStatus)), errors.Is(err, errNoRDMA), errors.Is(err, errNoRDMABuild):
 		return false
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
