@@ -97,11 +97,29 @@ SBINDIR ?= /sbin
 MANDIR  ?= $(PREFIX)/share/man
 HELPERS := mount.nfsrdma mount.fuse.nfsrdma umount.nfsrdma umount.fuse.nfsrdma
 
+#
+# The installed binary gets cap_net_bind_service (setcap, from libcap2-bin)
+# when it can, as mount.nfs is set-user-ID root: a user's mount of an
+# export with exports(5)'s default "secure" then sends MOUNT (and NFS over
+# TCP) from a reserved port. The capability lets it bind ports below 1024
+# and nothing else. With DESTDIR (a package) the package sets it; SETCAP=
+# (empty) skips it.
+SETCAP ?= $(shell command -v setcap 2>/dev/null || ls /sbin/setcap /usr/sbin/setcap 2>/dev/null | head -n1)
+
 install: $(BUILD)/nfsrdma-mount
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(BUILD)/nfsrdma-mount $(DESTDIR)$(BINDIR)/nfsrdma-mount
 	for h in $(HELPERS); do ln -sf $(BINDIR)/nfsrdma-mount $(DESTDIR)$(SBINDIR)/$$h; done
 	install -m 0644 doc/nfsrdma-mount.8 $(DESTDIR)$(MANDIR)/man8/nfsrdma-mount.8
+	@if [ -n "$(DESTDIR)" ]; then \
+		echo "DESTDIR set: the package should run: setcap cap_net_bind_service+ep $(BINDIR)/nfsrdma-mount"; \
+	elif [ -z "$(SETCAP)" ]; then \
+		echo "warning: no setcap (apt-get install libcap2-bin): users' mounts of 'secure' exports will be refused; then run: setcap cap_net_bind_service+ep $(BINDIR)/nfsrdma-mount" >&2; \
+	elif $(SETCAP) cap_net_bind_service+ep $(BINDIR)/nfsrdma-mount; then \
+		echo "$(BINDIR)/nfsrdma-mount: cap_net_bind_service (users' mounts bind reserved ports)"; \
+	else \
+		echo "warning: setcap failed (a file system without extended attributes, or not root): users' mounts of 'secure' exports will be refused" >&2; \
+	fi
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/nfsrdma-mount $(DESTDIR)$(MANDIR)/man8/nfsrdma-mount.8

@@ -80,6 +80,11 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return exitUsage
 	}
+	if opts.Proto == "rdma" && !rdmaBuiltIn && !opts.Remount && !inv.fake {
+		// Before anything else: no later step can make this work.
+		fmt.Fprintf(stderr, "%s: %v\n", name, errNoRDMABuild)
+		return exitMountErr
+	}
 	switch {
 	case inv.fake:
 		// mount(8) -f: everything but the mount.
@@ -226,6 +231,13 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 	}
 	cancel()
 	report(readyLine)
+	if inv.lifelineFD == 0 {
+		// The foreground server a service manager started (-f): tell it
+		// the mount is up (systemd's Type=notify).
+		if err := sdNotify("READY=1\nSTATUS=mounted " + inv.spec + " on " + dir); err != nil {
+			log.Warn("telling the service manager the mount is up", "err", err)
+		}
+	}
 	log.Info("mounted", "spec", inv.spec, "dir", dir, "opts", opts.String())
 	go func() {
 		if _, ok := <-sigc; ok {
@@ -235,6 +247,9 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 	}()
 	stopProfile := startProfile(log)
 	m.fuse.Wait()
+	if inv.lifelineFD == 0 {
+		sdNotify("STOPPING=1")
+	}
 	stopProfile()
 	log.Info("unmounted", "dir", dir)
 	m.release()

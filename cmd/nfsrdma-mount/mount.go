@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,6 +48,7 @@ type mountServer struct {
 	cred    sunrpc.OpaqueAuth
 	addr    netip.Addr             // the server's address, for NFS
 	rdma    []*xprt.Transport      // proto=rdma: nconnect of them
+	pool    poolConfig             // proto=rdma: their pool, sized to RLIMIT_MEMLOCK
 	tcp     []*sunrpc.TCPTransport // proto=tcp
 	metered *fusefs.MeteredTransport
 	client  *nfs3.Client
@@ -120,17 +122,26 @@ func credential(o *mountOptions) (sunrpc.OpaqueAuth, error) {
 	return a.Credential()
 }
 
-// errNoRDMA is what a mount over RDMA says without an RDMA device.
-var errNoRDMA = errors.New("no RDMA device: create one with `rdma link add rxe0 type rxe netdev IFACE` (Soft-RoCE on network interface IFACE), or mount with proto=tcp")
+// errNoRDMA is what a mount over RDMA says without an RDMA device: first
+// the run-time packages (without ibverbs-providers, libibverbs finds no
+// device even where the kernel has one), then Soft-RoCE for a machine
+// without RDMA hardware.
+var errNoRDMA = errors.New("no RDMA device: install rdma-core's run-time packages (apt-get install libibverbs1 librdmacm1 ibverbs-providers) and load the adapter's driver; without RDMA hardware create a Soft-RoCE device with `rdma link add rxe0 type rxe netdev IFACE` (IFACE: the network interface to the server); or mount with proto=tcp")
+
+// errNoRDMABuild is what a mount over RDMA says in a build without cgo.
+var errNoRDMABuild = errors.New("this nfsrdma-mount was built without RDMA support (no cgo): rebuild it with CGO_ENABLED=1, a C compiler and rdma-core's headers (apt-get install gcc libibverbs-dev librdmacm-dev; see `nfsrdma-mount --version`), or mount with proto=tcp")
 
 // openFabric opens rdma-core, translating its "no device" errors.
 func openFabric() (verbs.Fabric, error) {
+	if !rdmaBuiltIn {
+		return nil, errNoRDMABuild
+	}
 	fab, err := ibv.Open()
 	if err != nil {
 		var oe *verbs.OpError
 		switch {
 		case errors.Is(err, verbs.ErrNoRDMA):
-			return nil, fmt.Errorf("%w (%v)", errNoRDMA, err)
+			return nil, fmt.Errorf("%w (%v)", errNoRDMABuild, err)
 		case errors.Is(err, syscall.ENODEV) || errors.As(err, &oe) && oe.Verb == "ibv_get_device_list":
 			return nil, errNoRDMA
 		}
@@ -174,7 +185,8 @@ func retryable(err error) bool {
 	var ne net.Error
 	var ce *xprt.ConnectError
 	switch {
-	case errors.As(err, new(nfs3.MountStatus)), errors.Is(err, errNoRDMA):
+	case errors.As(err, new(nfs3.MountStatus)), errors.Is(err, errNoRDMA), errors.Is(err, errNoRDMABuild),
+		errors.As(err, new(*MemlockError)), errors.Is(err, errDeviceAccess):
 		return false
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
@@ -184,8 +196,10 @@ func retryable(err error) bool {
 	return false
 }
 
-// explainMount makes MOUNT's refusals say what they mean.
-func explainMount(export string, err error) error {
+// explainMount makes MOUNT's refusals say what they mean. port is the
+// source port the MOUNT request came from (0: unknown), noResv whether
+// noresvport asked for an ordinary one.
+func explainMount(export string, err error, port int, noResv bool) error {
 	var ms nfs3.MountStatus
 	if !errors.As(err, &ms) {
 		return err
@@ -194,11 +208,50 @@ func explainMount(export string, err error) error {
 	case nfs3.MountErrNoEnt:
 		return fmt.Errorf("the server has no export %s (%w)", export, err)
 	case nfs3.MountErrAcces, nfs3.MountErrPerm:
+		if port >= 1024 {
+			// exports(5)'s default "secure" makes mountd refuse a
+			// MOUNT from a port above 1023 with MNT3ERR_ACCES.
+			why := "this process may not bind a port below 1024 (it is not root and has no cap_net_bind_service)"
+			fix := "mount as root, give nfsrdma-mount the capability (`make install` does: setcap cap_net_bind_service+ep on the installed binary)"
+			if noResv {
+				why, fix = "noresvport was given", "mount without noresvport"
+			}
+			return fmt.Errorf("the server denied access to %s (%w); the request came from the ordinary source port %d because %s, and an export with exports(5)'s default `secure` accepts only ports below 1024: %s, or export it with `insecure`",
+				export, err, port, why, fix)
+		}
 		return fmt.Errorf("the server denied access to %s (%w)", export, err)
 	case nfs3.MountErrNotDir:
 		return fmt.Errorf("%s is not a directory on the server (%w)", export, err)
 	}
 	return fmt.Errorf("the server refused to mount %s (%w)", export, err)
+}
+
+// sizePool sizes the RDMA transports' registered memory to the process's
+// locked-memory limit before anything is dialed (memlock.go): the
+// defaults where they fit; else fewer buffers, and smaller rsize and wsize
+// when the user gave neither; else the mount fails now, naming the fix.
+func (m *mountServer) sizePool() error {
+	limit, err := memlockLimit()
+	if err != nil {
+		return err
+	}
+	maxIO := int(max(m.opts.Rsize, m.opts.Wsize))
+	fixed := maxIO != 0
+	if !fixed {
+		maxIO = maxIOSize
+	}
+	if m.pool, err = sizePool(limit, m.opts.NConnect, maxIO, fixed, m.opts.Inline); err != nil {
+		return err
+	}
+	if m.pool.Sized {
+		if !fixed {
+			m.opts.Rsize, m.opts.Wsize = uint32(m.pool.MaxIO), uint32(m.pool.MaxIO)
+		}
+		m.log.Warn("the locked-memory limit (ulimit -l) sizes the RDMA buffer pool: fewer I/Os in flight; raise memlock for the full pool",
+			"limit_kib", limit>>10, "io_buffers", m.pool.IOBuffers, "slots", m.pool.Slots,
+			"rsize", m.opts.Rsize, "wsize", m.opts.Wsize, "nconnect", m.opts.NConnect, "registered_kib", m.pool.Locked>>10)
+	}
+	return nil
 }
 
 // connect runs MOUNT for the root handle and opens the NFS transport, trying
@@ -211,6 +264,12 @@ func (m *mountServer) connect(ctx context.Context, fab verbs.Fabric) (nfs3.FileH
 		cancel()
 		if err == nil {
 			return root, nil
+		}
+		if m.opts.Proto == "rdma" {
+			// This machine's own refusal: trying again changes nothing.
+			if lerr := localRDMAError(err, m.opts.NConnect, m.pool.MaxIO); lerr != nil {
+				return nil, lerr
+			}
 		}
 		if !retryable(err) || time.Now().Add(2*time.Second).After(deadline) || ctx.Err() != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -239,14 +298,34 @@ func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root n
 		return nil, err
 	}
 	m.addr = ip
-	mc, err := nfs3.DialMount(ctx, ip.String(), m.opts.MountPort, m.cred, tcpOpts)
+	// MOUNT's connection as the transport would make it, remembering its
+	// source port for the explanation of a refusal.
+	var mountPort atomic.Int32
+	mountOpts := *tcpOpts
+	mountOpts.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		var err error
+		if m.opts.NoResvPort {
+			var d net.Dialer
+			c, err = d.DialContext(ctx, network, addr)
+		} else {
+			c, err = sunrpc.DialResvPort(ctx, network, addr, 0)
+		}
+		if err == nil {
+			if a, ok := c.LocalAddr().(*net.TCPAddr); ok {
+				mountPort.Store(int32(a.Port))
+			}
+		}
+		return c, err
+	}
+	mc, err := nfs3.DialMount(ctx, ip.String(), m.opts.MountPort, m.cred, &mountOpts)
 	if err != nil {
 		return nil, fmt.Errorf("MOUNT service: %w", err)
 	}
 	res, err := mc.Mnt(ctx, m.export)
 	mc.Close()
 	if err != nil {
-		return nil, explainMount(m.export, err)
+		return nil, explainMount(m.export, err, int(mountPort.Load()), m.opts.NoResvPort)
 	}
 	var ts []sunrpc.Transport
 	defer func() {
@@ -264,14 +343,18 @@ func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root n
 			maxIO = maxIOSize
 		}
 		for range m.opts.NConnect {
-			t, err := xprt.Dial(ctx, xprt.Config{
+			cfg := xprt.Config{
 				Fabric:  fab,
 				Addr:    netip.AddrPortFrom(ip, uint16(m.opts.Port)),
 				MaxIO:   int(maxIO),
 				Timeout: m.opts.Timeo,
 				Logger:  m.log,
 				Inline:  m.opts.Inline,
-			})
+			}
+			if m.pool.Sized {
+				m.pool.apply(&cfg)
+			}
+			t, err := xprt.Dial(ctx, cfg)
 			if err != nil {
 				return nil, err
 			}
@@ -332,6 +415,9 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	var fab verbs.Fabric
 	if m.opts.Proto == "rdma" {
 		if fab, err = openFabric(); err != nil {
+			return err
+		}
+		if err := m.sizePool(); err != nil {
 			return err
 		}
 		if faultInjection() {

@@ -10,8 +10,8 @@ import (
 // version or VCS revision Go recorded in the binary is used.
 var version string
 
-// versionString returns the version, the VCS revision when known, and the
-// Go release that built the binary.
+// versionString returns the version, the VCS revision when known, the Go
+// release that built the binary, and whether RDMA is in it (cgo).
 func versionString() string {
 	v := version
 	var rev, modified string
@@ -36,7 +36,7 @@ func versionString() string {
 			v += " " + shortRev(rev) + modified
 		}
 	}
-	return v + " (" + runtime.Version() + ")"
+	return v + " (" + runtime.Version() + "; " + rdmaBuild + ")"
 }
 
 func shortRev(r string) string {

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/xprt"
+)
+
+func TestSizePool(t *testing.T) {
+	const KiB, MiB = 1 << 10, 1 << 20
+	for _, tc := range []struct {
+		name     string
+		limit    int64
+		nconnect int
+		maxIO    int
+		fixed    bool
+		inline   int
+		sized    bool
+		wantIO   int // 0: any
+		minBufs  int
+		fails    bool
+	}{
+		{name: "unlimited", limit: -1, nconnect: 1, maxIO: MiB},
+		{name: "128 MiB fits the defaults", limit: 128 * MiB, nconnect: 1, maxIO: MiB},
+		{name: "Debian's 8 MiB", limit: 8 * MiB, nconnect: 1, maxIO: MiB, sized: true, wantIO: 256 * KiB, minBufs: goodIOBuffers},
+		{name: "8 MiB, rsize=1M given", limit: 8 * MiB, nconnect: 1, maxIO: MiB, fixed: true, sized: true, wantIO: MiB, minBufs: minIOBuffers},
+		{name: "8 MiB, nconnect=2", limit: 8 * MiB, nconnect: 2, maxIO: MiB, sized: true, minBufs: goodIOBuffers},
+		{name: "8 MiB, inline=16384", limit: 8 * MiB, nconnect: 1, maxIO: MiB, inline: 16384, sized: true, minBufs: goodIOBuffers},
+		{name: "16 MiB", limit: 16 * MiB, nconnect: 1, maxIO: MiB, sized: true, wantIO: 512 * KiB, minBufs: goodIOBuffers},
+		{name: "the old 64 KiB default", limit: 64 * KiB, nconnect: 1, maxIO: MiB, fails: true},
+		{name: "8 MiB, nconnect=16", limit: 8 * MiB, nconnect: 16, maxIO: MiB, fails: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := sizePool(tc.limit, tc.nconnect, tc.maxIO, tc.fixed, tc.inline)
+			if tc.fails {
+				var me *MemlockError
+				if !errors.As(err, &me) {
+					t.Fatalf("pool %+v, err %v: want a MemlockError", p, err)
+				}
+				if me.Need <= tc.limit {
+					t.Errorf("says %d bytes are needed, under the limit %d", me.Need, tc.limit)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", p)
+			if p.Sized != tc.sized {
+				t.Errorf("sized %v, want %v", p.Sized, tc.sized)
+			}
+			if tc.limit >= 0 && int64(tc.nconnect)*p.Locked > tc.limit {
+				t.Errorf("%d transports register up to %d bytes, over the limit %d", tc.nconnect, int64(tc.nconnect)*p.Locked, tc.limit)
+			}
+			if !tc.sized {
+				if p.Slots != 0 || p.IOBuffers != 0 || p.RegisterAhead != 0 || p.MaxIO != tc.maxIO {
+					t.Errorf("defaults changed: %+v", p)
+				}
+				return
+			}
+			if tc.wantIO != 0 && p.MaxIO != tc.wantIO {
+				t.Errorf("MaxIO %d, want %d", p.MaxIO, tc.wantIO)
+			}
+			if p.IOBuffers < tc.minBufs {
+				t.Errorf("%d I/O buffers, want at least %d", p.IOBuffers, tc.minBufs)
+			}
+			if p.Slots <= 0 || p.Slots > xprtSlots {
+				t.Errorf("slots %d", p.Slots)
+			}
+		})
+	}
+}
+
+func TestMemlockErrorNamesTheFix(t *testing.T) {
+	_, err := sizePool(64<<10, 1, 1<<20, false, 0)
+	if err == nil {
+		t.Fatal("a 64 KiB limit fits")
+	}
+	for _, want := range []string{"RLIMIT_MEMLOCK", "64 KiB", "/etc/security/limits.conf", "memlock", "LimitMEMLOCK="} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+	if retryable(&MountError{Err: err}) {
+		t.Error("a memlock error is retried")
+	}
+}
+
+// TestLocalRDMAError: a refusal by this machine (registration refused, the
+// device not opened) is explained and not retried; a server that does not
+// answer is retried.
+func TestLocalRDMAError(t *testing.T) {
+	wrap := func(verb string, errno syscall.Errno) error {
+		return &xprt.ConnectError{Addr: "10.0.0.1:20049", Err: fmt.Errorf("frwr: registering I/O buffer 3: %w", &verbs.OpError{Verb: verb, Err: errno})}
+	}
+	memErr := localRDMAError(wrap("ibv_reg_mr", syscall.ENOMEM), 1, 1<<20)
+	var me *MemlockError
+	if !errors.As(memErr, &me) || !strings.Contains(memErr.Error(), "LimitMEMLOCK") || !strings.Contains(memErr.Error(), "ENOMEM") {
+		t.Errorf("ENOMEM from ibv_reg_mr: %v", memErr)
+	}
+	devErr := localRDMAError(wrap("rdma_create_event_channel", syscall.EACCES), 1, 1<<20)
+	if devErr == nil || !strings.Contains(devErr.Error(), "/dev/infiniband") {
+		t.Errorf("EACCES: %v", devErr)
+	}
+	for _, err := range []error{memErr, devErr} {
+		if err != nil && retryable(err) {
+			t.Errorf("retried: %v", err)
+		}
+	}
+	if err := localRDMAError(wrap("rdma_connect", syscall.ECONNREFUSED), 1, 1<<20); err != nil {
+		t.Errorf("a refused connection is local: %v", err)
+	}
+	if !retryable(wrap("rdma_connect", syscall.ECONNREFUSED)) {
+		t.Error("a refused connection is not retried")
+	}
+}
+
+// TestExplainMountPort: MNT3ERR_ACCES from an ordinary port says why the
+// port was ordinary and what to do.
+func TestExplainMountPort(t *testing.T) {
+	acces := fmt.Errorf("MNT: %w", nfs3.MountErrAcces)
+	err := explainMount("/export", acces, 40123, false)
+	for _, want := range []string{"denied access to /export", "ordinary source port 40123", "cap_net_bind_service", "secure", "insecure"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+	if !errors.Is(err, nfs3.MountErrAcces) {
+		t.Error("the status is not wrapped")
+	}
+	if err := explainMount("/export", acces, 40123, true); !strings.Contains(err.Error(), "noresvport") {
+		t.Errorf("with noresvport: %v", err)
+	}
+	if err := explainMount("/export", acces, 871, false); strings.Contains(err.Error(), "source port") {
+		t.Errorf("from a reserved port: %v", err)
+	}
+}
+
+func TestSdNotify(t *testing.T) {
+	for _, abstract := range []bool{false, true} {
+		name := filepath.Join(t.TempDir(), "notify")
+		if abstract {
+			name = fmt.Sprintf("@nfsrdma-test-%d", os.Getpid())
+		}
+		ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: name, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("NOTIFY_SOCKET", name)
+		if err := sdNotify("READY=1"); err != nil {
+			t.Fatal(err)
+		}
+		ln.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 256)
+		n, err := ln.Read(buf)
+		if err != nil || string(buf[:n]) != "READY=1" {
+			t.Errorf("%s got %q %v", name, buf[:n], err)
+		}
+		ln.Close()
+	}
+	t.Setenv("NOTIFY_SOCKET", "")
+	if err := sdNotify("READY=1"); err != nil {
+		t.Errorf("without NOTIFY_SOCKET: %v", err)
+	}
+}
+
+// TestForegroundNotify: nfsrdma-mount -f under a service manager says
+// READY=1 once the mount is up, and STOPPING=1 at unmount.
+func TestForegroundNotify(t *testing.T) {
+	requireFUSE(t)
+	srv := fusefstest.Start(t, fusefstest.Mem)
+	dir := t.TempDir()
+	sock := filepath.Join(t.TempDir(), "notify")
+	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-f", "-o", tcpOpts(srv), "127.0.0.1:/", dir)
+	cmd.Env = append(os.Environ(), asEnv+"=1", "NOTIFY_SOCKET="+sock)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		syscall.Unmount(dir, syscall.MNT_DETACH)
+		cmd.Process.Kill()
+	})
+	read := func() string {
+		ln.SetReadDeadline(time.Now().Add(30 * time.Second))
+		buf := make([]byte, 512)
+		n, err := ln.Read(buf)
+		if err != nil {
+			t.Fatalf("no notification: %v; stderr: %s", err, stderr.String())
+		}
+		return string(buf[:n])
+	}
+	msg := read()
+	if !strings.HasPrefix(msg, "READY=1\n") {
+		t.Fatalf("first notification %q", msg)
+	}
+	if typ := mountType(t, dir); typ != "fuse.nfsrdma" {
+		t.Fatalf("READY=1 before the mount is up: type %q", typ)
+	}
+	if code, _, errs := cli("nfsrdma-mount", "-u", dir); code != 0 {
+		t.Fatalf("unmount: %s", errs)
+	}
+	if msg := read(); msg != "STOPPING=1" {
+		t.Errorf("at unmount: %q", msg)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the foreground server exited with %v: %s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the foreground server did not exit after the unmount")
+	}
+}
