@@ -307,111 +307,98 @@ func TestOpenerSbitsKept(t *testing.T) {
 	want := modesOf(names, src, src)
 	tarball := filepath.Join(t.TempDir(), "t.tar")
 	run(t, "tar", "-C", src, "-cf", tarball, "t")
-	kernel := t.TempDir()
-	run(t, "mount", "-t", "nfs", "-o", "vers=3,proto=rdma,port=20049", insecureExportSpec, kernel)
-	t.Cleanup(func() { exec.Command("umount", kernel).Run() })
-	mounts := []struct{ name, dir string }{
-		{"kernel", kernel},
-		{"ours", mountNFSRDMASpec(t, bin, insecureExportSpec)},
-		{"ours,defersetattr", mountNFSRDMASpec(t, bin, insecureExportSpec, "defersetattr")},
-	}
 	top := fmt.Sprintf("opener-sbits-%d", os.Getpid())
 	if err := os.Mkdir(filepath.Join(insecureExportDir, top), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(insecureExportDir, top)) })
-	for i, m := range mounts {
-		for _, how := range []string{"tar", "cp"} {
-			sub := fmt.Sprintf("%d-%s", i, how)
-			if err := os.Mkdir(filepath.Join(m.dir, top, sub), 0o755); err != nil {
-				t.Fatal(err)
+	for i, name := range []string{"kernel", "ours", "ours,defersetattr"} {
+		t.Run(name, func(t *testing.T) {
+			var mnt string
+			switch name {
+			case "kernel":
+				mnt = t.TempDir()
+				run(t, "mount", "-t", "nfs", "-o", "vers=3,proto=rdma,port=20049", insecureExportSpec, mnt)
+				t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+			case "ours":
+				mnt = mountNFSRDMASpec(t, bin, insecureExportSpec)
+			default:
+				mnt = mountNFSRDMASpec(t, bin, insecureExportSpec, "defersetattr")
 			}
-			if how == "tar" {
-				run(t, "tar", "-C", filepath.Join(m.dir, top, sub), "-xpf", tarball)
-			} else {
-				run(t, "cp", "-a", filepath.Join(src, "t"), filepath.Join(m.dir, top, sub))
+			for _, how := range []string{"tar", "cp"} {
+				sub := fmt.Sprintf("%d-%s", i, how)
+				if err := os.Mkdir(filepath.Join(mnt, top, sub), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if how == "tar" {
+					run(t, "tar", "-C", filepath.Join(mnt, top, sub), "-xpf", tarball)
+				} else {
+					run(t, "cp", "-a", filepath.Join(src, "t"), filepath.Join(mnt, top, sub))
+				}
+				got := modesOf(names, filepath.Join(insecureExportDir, top, sub), filepath.Join(mnt, top, sub))
+				if got != want {
+					t.Errorf("%s through %s: modes and owners differ from the originals:\ngot:\n%swant:\n%s", how, name, got, want)
+				}
 			}
-			got := modesOf(names, filepath.Join(insecureExportDir, top, sub), filepath.Join(m.dir, top, sub))
-			if got != want {
-				t.Errorf("%s through %s: modes and owners differ from the originals:\ngot:\n%swant:\n%s", how, m.name, got, want)
-			}
-		}
+		})
 	}
 }
 
-// openerExt4Dir is the ext4 export (no_root_squash): its files take the
-// append-only attribute.
-const openerExt4Dir = "/export-ext4"
+// openerSquashDir is the all_squash export (anonuid=anongid=1500): every
+// user is 1500 at the server, which so refuses a file's owner the changes
+// only the owner may make, where the client's local check lets them
+// through.
+const openerSquashDir = "/export-squash"
 
-// refusedRun is the refused-change scenario in dir (through a mount) whose
-// server directory is srv: changes the kernel lets through to the server,
-// which refuses them (root's chmod, chown and utimes of an append-only
-// file it has open for writing: the case a deferred SETATTR would have
-// answered at once), and changes the local check refuses (a chmod by
-// another user than the owner, a chown to another user by the owner). Each
-// must fail at its call with the same errno, and the mode and owner shown
-// afterwards be the server's.
-func refusedRun(t *testing.T, dir, srv string) string {
+// refusedRun is the refused-change scenario in dir (through a mount of
+// the all_squash export) whose server directory is srv: changes the local
+// check lets through and the server refuses (the owner's fchmod and
+// utimes of a file it has open for writing: the case a deferred SETATTR
+// answered at once; its chmod by path), and changes the local check
+// refuses (a chmod by another user than the owner, a chown to another
+// user by the owner). Each must fail at its call with the same errno, and
+// the mode and owner shown afterwards be the server's.
+func refusedRun(dir, srv string) string {
 	var b strings.Builder
-	p := filepath.Join(dir, "a")
-	// Made through the mount by root with O_EXCL: the evidence that root
-	// is not squashed here.
-	if err := writeExcl(p, "append-only\n"); err != nil {
-		return "create: " + err.Error()
+	for _, n := range []string{"a", "o"} {
+		p := filepath.Join(srv, n)
+		if err := errors.Join(os.WriteFile(p, []byte("owned by 1001\n"), 0o666), os.Chmod(p, 0o666), os.Chown(p, 1001, 1001)); err != nil {
+			return "setup: " + err.Error()
+		}
 	}
-	if out, err := exec.Command("chattr", "+a", filepath.Join(srv, "a")).CombinedOutput(); err != nil {
-		t.Fatalf("chattr +a on the server: %v: %s", err, out)
-	}
-	defer exec.Command("chattr", "-a", filepath.Join(srv, "a")).Run()
-	// Open for writing (knfsd would refuse a WRITE to it: none is made).
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		fmt.Fprintf(&b, "root's open for appending: %s\n", en(err))
-	} else {
+	owner := pcActor{"u1001", 1001, 1001, []uint32{1001}}
+	fmt.Fprintf(&b, "owner, file open for writing: %s\n", asActor(owner, func() string {
+		p := filepath.Join(dir, "a")
+		fd, err := unix.Open(p, unix.O_WRONLY, 0)
+		if err != nil {
+			return "open " + en(err)
+		}
 		ts := []unix.Timespec{unix.NsecToTimespec(1e18), unix.NsecToTimespec(1e18)}
-		fmt.Fprintf(&b, "root, append-only file open for writing: fchmod 600 %s, fchown 1001:1001 %s, utimes %s, close %s\n",
-			en(unix.Fchmod(int(f.Fd()), 0o600)), en(unix.Fchown(int(f.Fd()), 1001, 1001)),
-			en(unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, 0)), en(f.Close()))
-	}
+		return fmt.Sprintf("open ok, fchmod 600 %s, utimes %s, close %s",
+			en(unix.Fchmod(fd, 0o600)), en(unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, 0)), en(unix.Close(fd)))
+	}))
 	fmt.Fprint(&b, modesOf([]string{"a"}, srv, dir))
-
 	q := filepath.Join(dir, "o")
-	if err := writeExcl(q, "owned by 1001\n"); err != nil {
-		return "create: " + err.Error()
-	}
-	if err := errors.Join(unix.Chmod(q, 0o644), os.Chown(q, 1001, 1001)); err != nil {
-		return "setup: " + err.Error()
-	}
 	fmt.Fprintf(&b, "uid 1002 chmod 600 of 1001's file: %s\n", asActor(pcActor{"u1002", 1002, 1002, []uint32{1002}}, func() string {
 		return en(unix.Chmod(q, 0o600))
 	}))
-	fmt.Fprintf(&b, "uid 1001 chown of its file to 1002: %s\n", asActor(pcActor{"u1001", 1001, 1001, []uint32{1001}}, func() string {
+	fmt.Fprintf(&b, "uid 1001 chown of its file to 1002: %s\n", asActor(owner, func() string {
 		return en(unix.Chown(q, 1002, 1001))
 	}))
-	fmt.Fprintf(&b, "uid 1001 chmod 600 of its file: %s\n", asActor(pcActor{"u1001", 1001, 1001, []uint32{1001}}, func() string {
+	fmt.Fprintf(&b, "uid 1001 chmod 600 of its file: %s\n", asActor(owner, func() string {
 		return en(unix.Chmod(q, 0o600))
 	}))
 	fmt.Fprint(&b, modesOf([]string{"o"}, srv, dir))
 	return b.String()
 }
 
-// writeExcl creates p (O_EXCL) with mode 644 and writes data.
-func writeExcl(p, data string) error {
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(data)
-	return errors.Join(err, f.Close(), unix.Chmod(p, 0o644))
-}
-
 // TestOpenerRefusedSetattr: a chmod, chown or utimes the server refuses
 // fails at that call, with the kernel mount's errno, and leaves the mode
-// shown the server's; by default on nfsrdma-mount even where root is known
-// not to be squashed and has the file open for writing.
+// shown the server's; on nfsrdma-mount by default even from the file's
+// owner that has it open for writing (which defersetattr answers at once).
 func TestOpenerRefusedSetattr(t *testing.T) {
 	bin := mountBinary(t)
-	spec := serverAddr.String() + ":" + openerExt4Dir
+	spec := serverAddr.String() + ":" + openerSquashDir
 	kernel := t.TempDir()
 	run(t, "mount", "-t", "nfs", "-o", "vers=3,proto=rdma,port=20049", spec, kernel)
 	t.Cleanup(func() { exec.Command("umount", kernel).Run() })
@@ -423,14 +410,14 @@ func TestOpenerRefusedSetattr(t *testing.T) {
 	}
 	top := fmt.Sprintf("opener-refused-%d", os.Getpid())
 	for _, side := range []string{"k", "o"} {
-		if err := os.MkdirAll(filepath.Join(openerExt4Dir, top, side), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(openerSquashDir, top, side), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(openerExt4Dir, top)) })
-	k := refusedRun(t, filepath.Join(kernel, top, "k"), filepath.Join(openerExt4Dir, top, "k"))
-	o := refusedRun(t, filepath.Join(ours, top, "o"), filepath.Join(openerExt4Dir, top, "o"))
-	for _, want := range []string{"fchmod 600 EPERM", "uid 1002 chmod 600 of 1001's file: EPERM", "chown of its file to 1002: EPERM", "uid 1001 chmod 600 of its file: ok"} {
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(openerSquashDir, top)) })
+	k := refusedRun(filepath.Join(kernel, top, "k"), filepath.Join(openerSquashDir, top, "k"))
+	o := refusedRun(filepath.Join(ours, top, "o"), filepath.Join(openerSquashDir, top, "o"))
+	for _, want := range []string{"open ok, fchmod 600 EPERM", "uid 1002 chmod 600 of 1001's file: EPERM", "chown of its file to 1002: EPERM", "uid 1001 chmod 600 of its file: EPERM", "a (mount): 0666 1001:1001"} {
 		if !strings.Contains(k, want) {
 			t.Errorf("the kernel's mount: no %q:\n%s", want, k)
 		}
