@@ -157,3 +157,46 @@ func TestOpenerCredential(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenersNotGathered: contiguous writes of two openers of a file (root
+// and uid 1001) are not gathered into one WRITE: each carries its own
+// opener's credential, as the kernel client coalesces the pages of one
+// open context only.
+func TestOpenersNotGathered(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.Chmod(srv.Dir, 0o777))
+	m, rec := mountRecorded(t, srv, nil, MountConfig{AllowOther: true})
+	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
+	f, err := os.OpenFile(m.path("f"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+	check(t, err)
+	defer f.Close()
+	check(t, f.Chmod(0o666))
+	from := rec.mark()
+	if _, err := f.WriteAt(make([]byte, 1024), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := asUser(1001, 1001, func() error {
+		g, err := os.OpenFile(m.path("f"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := g.WriteAt(make([]byte, 1024), 1024); err != nil {
+			return err
+		}
+		return g.Close()
+	}); err != nil {
+		t.Fatalf("uid 1001's write: %v", err)
+	}
+	check(t, f.Close())
+	uids := map[uint32]int{}
+	for _, c := range rec.since(from, nfs3.ProcWrite) {
+		a, err := sunrpc.ParseAuthSys(c.cred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[a.UID] += c.size
+	}
+	if uids[0] != 1024 || uids[1001] != 1024 {
+		t.Errorf("bytes written by credential: %v, want 1024 by uid 0 and 1024 by uid 1001", uids)
+	}
+}
