@@ -437,7 +437,10 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		n.mu.Unlock()
 		return err
 	}
-	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize {
+	// Another opener's writes are not gathered with these: each WRITE
+	// carries its writer's credential (as the kernel client coalesces
+	// only the pages of one open context).
+	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize && sameCred(n.pendCtx, ctx) {
 		n.pend = n.fsys.wbufs.appendPend(n.pend, data)
 		n.wrEnd = max(n.wrEnd, end)
 		if len(n.pend) < wsize {
@@ -521,9 +524,10 @@ func (n *node) syncPend(ctx context.Context) (bool, error) {
 		n.mu.Unlock()
 		return false, nil
 	}
-	buf, off, _ := n.takePendLocked()
+	buf, off, pctx := n.takePendLocked()
 	n.mu.Unlock()
-	err := n.writeRange(ctx, buf, off, nfs3.FileSync, ownedWhole)
+	// With the credential of the opener that wrote them, whoever closes.
+	err := n.writeRange(withCred(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
 	n.endWrite()
 	n.dataGen.Add(1)
 	return true, err
@@ -657,7 +661,7 @@ func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.
 			}
 			kept = kept || own != lent
 			n.mu.Lock()
-			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole})
+			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: credOf(ctx)})
 			n.ndirty += int(r.Count)
 			n.mu.Unlock()
 		}
@@ -701,9 +705,13 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 		if len(pending) == 0 {
 			return nil
 		}
+		// With the credential of the first write it commits, whoever
+		// asks for it, as the kernel client's COMMIT carries its first
+		// request's open context's.
+		cctx := pending[0].cred.on(ctx)
 		var r nfs3.CommitResult
-		err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-			r, err = n.fsys.c.Commit(ctx, fh, 0, 0)
+		err := n.do(cctx, func(fh nfs3.FileHandle) (err error) {
+			r, err = n.fsys.c.Commit(cctx, fh, 0, 0)
 			return err
 		})
 		n.setWcc(&r.Wcc)
@@ -735,7 +743,7 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 			if d.whole {
 				own = ownedWhole
 			}
-			if err := n.writeRange(ctx, d.data, d.off, nfs3.FileSync, own); err != nil {
+			if err := n.writeRange(d.cred.on(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
 				n.requeue(lost[i+1:])
 				return err
 			}

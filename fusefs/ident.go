@@ -21,8 +21,9 @@ import (
 //   - Identity: they carry the caller's AUTH_SYS credential (uid, gid and up
 //     to 16 supplementary groups, read from /proc/<pid>/status), as the
 //     kernel client sends each process's own, when Options.CallerIdentity.
-//     Writes behind, read-ahead and the COMMIT at the last close carry the
-//     credential of the process that opened the file.
+//     The calls made for an open file (its reads, writes, COMMITs, the
+//     SETATTR of an ftruncate, its locks) carry the credential of the
+//     process that opened it (openFile.callCtx).
 //   - Killable: the kernel interrupts a FUSE request when its caller gets a
 //     signal. As the kernel NFS client on a hard mount, only a fatal signal
 //     (SIGKILL, or a signal whose default action kills and that the process
@@ -188,18 +189,63 @@ func (l *watchList) sweep() {
 	}
 }
 
-// callCtx is FS.callCtx for a request on the open file f. A request the
-// kernel makes on its own (pid 0: the write-back of mmap-ed pages) carries
-// the credential of the process that opened the file, as the kernel
-// client's write-back does.
+// callCtx is FS.callCtx for a request on the open file f: its calls carry
+// the credential of the process that opened the file, whoever makes the
+// request (a descriptor inherited across a change of user, as a shell's
+// redirection under runuser or setpriv gives, one passed over a unix
+// socket, a daemon that drops its privileges after opening), as the
+// kernel client's READ, WRITE, COMMIT, SETATTR of an ftruncate and NLM
+// calls carry the credential of the file's open context
+// (nfs_file_cred). The kernel makes some requests on its own (pid 0: the
+// write-back of mmap-ed pages, through any handle of the file open for
+// writing): the same.
 func (f *openFile) callCtx(fctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, done := f.n.fsys.callCtx(fctx)
-	if c, ok := fuse.FromContext(fctx); ok && c.Pid == 0 {
-		if cred, ok := sunrpc.CredentialFrom(f.wctx); ok {
-			ctx = sunrpc.WithCredential(ctx, cred)
-		}
+	return withCred(ctx, f.wctx), done
+}
+
+// withCred returns ctx (for its deadline and cancellation) carrying the
+// credential that from carries, or ctx as it is if from carries none.
+func withCred(ctx, from context.Context) context.Context {
+	if from == nil {
+		return ctx
 	}
-	return ctx, done
+	if cred, ok := sunrpc.CredentialFrom(from); ok {
+		return sunrpc.WithCredential(ctx, cred)
+	}
+	return ctx
+}
+
+// sameCred reports whether a and b carry the same credential (or neither
+// carries one).
+func sameCred(a, b context.Context) bool {
+	if a == b {
+		return true
+	}
+	ca, oka := sunrpc.CredentialFrom(a)
+	cb, okb := sunrpc.CredentialFrom(b)
+	return oka == okb && ca.Flavor == cb.Flavor && bytes.Equal(ca.Body, cb.Body)
+}
+
+// callCred is the credential a call carried, kept with what it wrote for
+// the calls that follow from it (the COMMIT, a resend).
+type callCred struct {
+	auth sunrpc.OpaqueAuth
+	set  bool // the call carried one (else the client's own)
+}
+
+// credOf returns the credential ctx carries.
+func credOf(ctx context.Context) callCred {
+	a, ok := sunrpc.CredentialFrom(ctx)
+	return callCred{a, ok}
+}
+
+// on returns ctx carrying c (ctx as it is if c is unset).
+func (c callCred) on(ctx context.Context) context.Context {
+	if !c.set {
+		return ctx
+	}
+	return sunrpc.WithCredential(ctx, c.auth)
 }
 
 // fatalSignalPending reports whether thread pid has SIGKILL pending (a

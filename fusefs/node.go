@@ -214,7 +214,8 @@ type dirtyWrite struct {
 	off   int64
 	data  []byte
 	verf  nfs3.WriteVerf
-	whole bool // data is a whole buffer of FS.wbufs that nothing else holds
+	whole bool     // data is a whole buffer of FS.wbufs that nothing else holds
+	cred  callCred // the WRITE's: its COMMIT's and resend's (ident.go)
 }
 
 // sillyName is where an unlinked open file lives until its last close.
@@ -620,9 +621,18 @@ func (f *FS) ioGetattr(ctx context.Context) bool {
 
 // Setattr implements fs.NodeSetattrer with SETATTR (RFC 1813 §3.3.2): chmod,
 // chown, truncate and utimens.
+//
+// A SETATTR through an open file (the kernel gives FUSE the handle for an
+// ftruncate, as it gives the NFS client the file: ATTR_FILE) carries the
+// opener's credential, as the kernel client's does.
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	caller, _ := fuse.FromContext(ctx)
-	ctx, done := n.fsys.callCtx(ctx)
+	var done context.CancelFunc
+	if of, ok := f.(*openFile); ok {
+		ctx, done = of.callCtx(ctx)
+	} else {
+		ctx, done = n.fsys.callCtx(ctx)
+	}
 	defer done()
 	if n.fsys.opts.ReadOnly {
 		return syscall.EROFS
@@ -754,8 +764,10 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // UNSTABLE writes. Directories have nothing to sync: NFSv3 directory
 // operations are synchronous.
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	if of, ok := f.(*openFile); ok && of.lost.Load() {
-		return of.lostIO("fsync") // its lock was lost (lock.go)
+	if of, ok := f.(*openFile); ok {
+		// go-fuse asks the node first: the open file's (its lock, its
+		// opener's credential, a deferred SETATTR).
+		return of.Fsync(ctx, flags)
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()

@@ -56,6 +56,15 @@ type Options struct {
 	// A file's dirty data is still written at close.
 	NoCTO bool
 
+	// DeferSetattr answers a chmod, chown or utimes of a regular file by
+	// the process writing it at once, and sends them merged into one
+	// SETATTR at its next write, fsync or close (tar -x, cp -a: one
+	// SETATTR per file instead of three). Its risk: a refusal the client
+	// could not foresee fails that close or fsync, not the chmod (see
+	// setattr.go). Off: each is sent as the application made it, as the
+	// kernel client does.
+	DeferSetattr bool
+
 	// LookupCache is nfs(5) lookupcache: which answers of LOOKUP the
 	// kernel's dentry cache keeps (all: found and missing names; pos:
 	// found ones only; none: neither, every path walk asks the server).

@@ -28,6 +28,8 @@ type sentCall struct {
 	count  uint32         // READ: the count asked for
 	stable nfs3.StableHow // WRITE
 	size   int            // WRITE: the data's length
+	// SETATTR: the mode, owner and group it sets (nil: none).
+	mode, uid, gid *uint32
 }
 
 // recorder is a transport that records the NFS calls going through it.
@@ -55,9 +57,10 @@ func (r *recorder) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.
 		}
 		if refuse != nil && refuse(c) {
 			// xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS;
-			// NFS3ERR_ACCES (13) and no attributes.
+			// NFS3ERR_ACCES (13) and no attributes (a post_op_attr,
+			// or the two of a wcc_data).
 			var b []byte
-			for _, w := range []uint32{req.XID, 1, 0, 0, 0, 0, 13, 0} {
+			for _, w := range []uint32{req.XID, 1, 0, 0, 0, 0, 13, 0, 0} {
 				b = binary.BigEndian.AppendUint32(b, w)
 			}
 			return sunrpc.NewReply(b, nil, nil), nil
@@ -104,8 +107,47 @@ func parseCall(req *sunrpc.Request) (sentCall, bool) {
 	case nfs3.ProcWrite:
 		c.stable = nfs3.StableHow(binary.BigEndian.Uint32(h[len(h)-8:]))
 		c.size = int(binary.BigEndian.Uint32(h[len(h)-4:]))
+	case nfs3.ProcSetattr:
+		parseSattr(&c, h[min(len(h), 32+(n+3)&^3):])
 	}
 	return c, true
+}
+
+// parseSattr reads the mode, uid and gid of a SETATTR's arguments from b:
+// its verifier, file handle and sattr3 (RFC 1813 §2.6).
+func parseSattr(c *sentCall, b []byte) {
+	word := func() (uint32, bool) {
+		if len(b) < 4 {
+			return 0, false
+		}
+		w := binary.BigEndian.Uint32(b)
+		b = b[4:]
+		return w, true
+	}
+	skip := func() bool { // an opaque<>
+		n, ok := word()
+		if !ok || len(b) < int((n+3)&^3) {
+			return false
+		}
+		b = b[(n+3)&^3:]
+		return true
+	}
+	if _, ok := word(); !ok || !skip() || !skip() { // verifier flavor and body, the handle
+		return
+	}
+	for _, to := range []**uint32{&c.mode, &c.uid, &c.gid} {
+		set, ok := word()
+		if !ok {
+			return
+		}
+		if set != 0 {
+			v, ok := word()
+			if !ok {
+				return
+			}
+			*to = &v
+		}
+	}
 }
 
 // mountRecorded mounts srv with every NFS call recorded.

@@ -12,32 +12,50 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// Deferred SETATTR.
+// Deferred SETATTR (Options.DeferSetattr, off by default).
+//
+// By default each chmod, chown, utimes and truncate is one SETATTR, sent
+// as the application made it before the call returns, as the kernel
+// client sends it: a refusal fails that call, and nothing the server did
+// not take is ever shown.
 //
 // tar -x and cp -a set each file's times, owner and mode after writing it,
 // through the descriptor they wrote it with: three SETATTR round trips per
-// file, one at a time (the kernel client sends them too), which the
-// server has no reason to refuse. So a chmod, chown or utimes of a regular file
-// by a process that has it open for writing is answered at once with the
-// attributes it sets, and kept; the next one merges into it, and one
-// SETATTR carries them all, sent before that process's next write to the
-// file, at its fsync or close of it (FLUSH), or after deferFlushAfter,
-// whichever comes first. Close-to-open holds: the attributes are at the
-// server when close returns. Attributes the server sends meanwhile (a
-// READ's, a listing's) keep the deferred ones over them.
+// file, one at a time. With DeferSetattr, a chmod, chown or utimes of a
+// regular file by a process that has it open for writing is answered at
+// once with the attributes it sets, and kept; the next one merges into it,
+// and one SETATTR carries them all, sent before that process's next write
+// to the file, at its fsync or close of it (FLUSH), or after
+// deferFlushAfter, whichever comes first. Close-to-open holds: the
+// attributes are at the server when close returns. Attributes the server
+// sends meanwhile (a READ's, a listing's) keep the deferred ones over
+// them.
 //
-// Deferred only where the server has no reason to refuse: the caller's calls carry
-// its own identity (Options.CallerIdentity), and it is root on a file
-// system where root is known not to be squashed (private.go), or the
-// file's owner changing its mode or times (the kernel has already checked
-// what it may set: default_permissions). A refusal all the same (a
-// read-only export, a quota on chown, the file gone from the server) is
-// returned by that close or fsync, as a write's is; a read-only export
-// turns deferral off for the mount. Never with the sync option, nor for a
-// size change (truncate), nor for a process that does not have the file
-// open for writing (an administrator's chmod of a file a daemon writes is
-// sent at once), or closed a descriptor of it since it opened one (its
-// close would not report the error).
+// It cannot give the kernel client's outcome in every case, hence opt-in:
+// a refusal the client could not foresee (a read-only export, a quota on
+// chown, a uid mapping, an export whose squashing changed, the file
+// removed by another client) fails that close or fsync instead of the
+// chmod, as a write's does. The refused attributes are then dropped from
+// this mount's cache and the kernel's (the mount shows the server's), and
+// a read-only refusal turns deferral off for the mount.
+//
+// Deferred only where the server has no known reason to refuse: the
+// caller's calls carry its own identity (Options.CallerIdentity), and it
+// is root on a file system where root is known not to be squashed
+// (private.go), or the file's owner changing its mode or times (the kernel
+// has already checked what it may set: default_permissions). Never with
+// the sync option, nor for a size change (truncate), nor for a process
+// that does not have the file open for writing (an administrator's chmod
+// of a file a daemon writes is sent at once), or closed a descriptor of it
+// since it opened one (its close would not report the error).
+//
+// Never merged where the server treats the merge differently: a server
+// clears the set-user-ID and set-group-ID bits of a mode that comes in
+// one SETATTR with a new owner (knfsd does, as chown(2) does), where the
+// kernel client's chown, then chmod, keeps them (tar -xp, cp -a as root).
+// So a mode with S_ISUID, S_ISGID or S_ISVTX and an owner change are never
+// sent together: the one that would be merged is sent at once, after the
+// deferred one, in the application's order (see sbitsWithOwner).
 
 // A FUSE request's pid is its caller's thread: a multi-threaded writer
 // whose chmod comes from another thread than its open gets no deferral.
@@ -59,7 +77,7 @@ func callerPid(ctx context.Context) uint32 {
 // long they may be trusted.
 func (n *node) deferSetattr(ctx context.Context, caller *fuse.Caller, s nfs3.SetAttr) (nfs3.Attr, time.Duration, bool) {
 	f := n.fsys
-	if caller == nil || caller.Pid == 0 || s.Size != nil || f.opts.Sync || !f.opts.CallerIdentity || f.noDefer.Load() {
+	if !f.opts.DeferSetattr || caller == nil || caller.Pid == 0 || s.Size != nil || f.opts.Sync || !f.opts.CallerIdentity || f.noDefer.Load() {
 		return nfs3.Attr{}, 0, false
 	}
 	cred, ok := sunrpc.CredentialFrom(ctx)
@@ -78,6 +96,10 @@ func (n *node) deferSetattr(ctx context.Context, caller *fuse.Caller, s nfs3.Set
 	case caller.Uid == 0 && f.squash.unsquashed(a.FSID, now):
 	case caller.Uid != 0 && caller.Uid == a.UID && s.UID == nil && s.GID == nil:
 	default:
+		return nfs3.Attr{}, 0, false
+	}
+	if sbitsWithOwner(n.deferred, &s) {
+		// Sent at once by the caller, after the deferred one.
 		return nfs3.Attr{}, 0, false
 	}
 	if n.deferred == nil {
@@ -111,6 +133,22 @@ func (n *node) deferSetattr(ctx context.Context, caller *fuse.Caller, s nfs3.Set
 	left, _ := n.attrs.fresh(now)
 	n.floorSize(&a)
 	return a, max(left, 0), true
+}
+
+// sbitsWithOwner reports whether d (nil: none) and s merged would send a
+// mode with S_ISUID, S_ISGID or S_ISVTX in the same SETATTR as a new owner
+// or group, which the server would not treat as the two calls.
+func sbitsWithOwner(d, s *nfs3.SetAttr) bool {
+	var mode *uint32
+	owner := s.UID != nil || s.GID != nil
+	if d != nil {
+		mode = d.Mode
+		owner = owner || d.UID != nil || d.GID != nil
+	}
+	if s.Mode != nil {
+		mode = s.Mode
+	}
+	return owner && mode != nil && *mode&0o7000 != 0
 }
 
 // overlayDeferred sets in a, attributes from the server, those a deferred
@@ -174,7 +212,7 @@ func (n *node) flushDeferred() error {
 	}()
 	// Its writes first: a later WRITE would move an explicit mtime.
 	if synced, werr := n.syncPend(ctx); synced && werr != nil {
-		n.invalidateAttr() // what it set is not so
+		n.forgetDeferred() // what it set is not so
 		return werr
 	}
 	n.drainWriteBehind()
@@ -187,7 +225,7 @@ func (n *node) flushDeferred() error {
 	n.deferSending = nil
 	n.mu.Unlock()
 	if serr != nil {
-		n.invalidateAttr() // what it set is not so
+		n.forgetDeferred() // what it set is not so
 		if errors.Is(toErrno(serr), syscall.EROFS) {
 			n.fsys.noDefer.Store(true)
 		}
@@ -196,6 +234,16 @@ func (n *node) flushDeferred() error {
 	}
 	n.setWcc(&w)
 	return err
+}
+
+// forgetDeferred drops the attributes a deferred SETATTR that was not
+// taken had shown, from this mount's cache and from the kernel's (which
+// its local permission checks use): the next stat asks the server.
+func (n *node) forgetDeferred() {
+	n.invalidateAttr()
+	if errno := n.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOSYS && errno != syscall.ENOENT {
+		n.fsys.log.Debug("invalidating the kernel's attributes after a refused SETATTR", "errno", errno)
+	}
 }
 
 // flushDeferredLater is the timer's: the writer kept the file open and did

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,28 +47,147 @@ func unsquashed(t *testing.T, m *mounted) {
 	m.fsys.squash.notSquashed(fsid, now, now.Add(time.Hour))
 }
 
+// deferOpts are the default options with DeferSetattr.
+func deferOpts() *Options {
+	o := DefaultOptions()
+	o.DeferSetattr = true
+	return &o
+}
+
 // deferMount mounts a go-nfs server whose root is known not to be
-// squashed, and keeps the test on one thread (FUSE's pid is the thread's)
-// until it ends.
+// squashed, with DeferSetattr, and keeps the test on one thread (FUSE's
+// pid is the thread's) until it ends.
 func deferMount(t *testing.T) (*fusefstest.Server, *mounted) {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	srv := startGoNFS(t, backendDisk)
-	m := mountGoNFS(t, srv, nil)
+	m := mountGoNFS(t, srv, deferOpts())
 	unsquashed(t, m)
 	return srv, m
 }
 
-// TestDeferredSetattr: a file's times, owner and mode set by the process
-// writing it (tar -x, cp -a) cost one SETATTR, sent at its close, and the
-// writer sees them at once; the server has them when close returns. Not
-// while root may be squashed.
-func TestDeferredSetattr(t *testing.T) {
+// TestSetattrSentAsMade: by default a file's times, owner and mode set by
+// the process writing it (tar -x, cp -a) are three SETATTRs, each sent
+// before its call returns, even where the server is known to take them.
+func TestSetattrSentAsMade(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	srv := startGoNFS(t, backendDisk)
 	m := mountGoNFS(t, srv, nil)
+	unsquashed(t, m)
+	d := opDeltas(m)
+	f := extract(t, m.path("x"), time.Unix(1_000_000_000, 5000))
+	if sa := d(nfs3.ProcSetattr); sa != 3 {
+		t.Errorf("times, owner and mode set by the writer: %d SETATTR calls before close, want 3", sa)
+	}
+	check(t, f.Close())
+}
+
+// TestSetattrSbitsKept: tar -xp as root sets each file's owner, then its
+// mode, through the descriptor it wrote it with. A server clears the
+// set-user-ID and set-group-ID bits from a mode that comes in one SETATTR
+// with a new owner (knfsd does, as chown(2) would), where the kernel
+// client's two calls keep them: by default and with DeferSetattr, no
+// SETATTR carries a mode with those bits (or the sticky bit) and a new
+// owner, and the mode is sent after the owner, as the application did.
+// (go-nfs keeps no such bits at all: the calls are what is checked.)
+func TestSetattrSbitsKept(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts *Options
+	}{{"default", nil}, {"defersetattr", deferOpts()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			srv := startGoNFS(t, backendDisk)
+			m, rec := mountRecorded(t, srv, tc.opts, MountConfig{})
+			unsquashed(t, m)
+			for _, mode := range []uint32{0o4755, 0o2755, 0o6755, 0o1755} {
+				name := fmt.Sprintf("m%o", mode)
+				f, err := os.OpenFile(m.path(name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+				check(t, err)
+				if _, err := f.Write(make([]byte, 4096)); err != nil {
+					t.Fatal(err)
+				}
+				from := rec.mark()
+				ts := unix.NsecToTimespec(1_000_000_000e9)
+				check(t, unix.UtimesNanoAt(unix.AT_FDCWD, m.path(name), []unix.Timespec{ts, ts}, 0))
+				check(t, f.Chown(1000, 1001))
+				check(t, unix.Fchmod(int(f.Fd()), mode))
+				check(t, f.Close())
+				owner, sent := false, false
+				for _, c := range rec.since(from, nfs3.ProcSetattr) {
+					if c.mode != nil && *c.mode&0o7000 != 0 && (c.uid != nil || c.gid != nil) {
+						t.Errorf("chown 1000:1001, chmod %o: one SETATTR sets mode %o and owner", mode, *c.mode)
+					}
+					owner = owner || c.uid != nil
+					if c.mode != nil && *c.mode == mode {
+						sent = true
+						if !owner {
+							t.Errorf("chown 1000:1001, chmod %o: the mode sent before the owner", mode)
+						}
+					}
+				}
+				if !sent {
+					t.Errorf("chown 1000:1001, chmod %o: no SETATTR of that mode", mode)
+				}
+			}
+		})
+	}
+}
+
+// TestSetattrRefused: a chmod the server refuses fails with the server's
+// error, by default even from the file's writer, and the mode shown stays
+// the server's; the close has nothing to report. With DeferSetattr the
+// refusal fails the close instead, and the refused mode is not shown
+// after it (not by this mount's cache, nor by the kernel's).
+func TestSetattrRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts *Options
+	}{{"default", nil}, {"defersetattr", deferOpts()}} {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			srv := startGoNFS(t, backendDisk)
+			check(t, os.WriteFile(filepath.Join(srv.Dir, "x"), []byte("data"), 0o644))
+			check(t, os.Chmod(filepath.Join(srv.Dir, "x"), 0o644))
+			m, rec := mountRecorded(t, srv, tc.opts, MountConfig{})
+			unsquashed(t, m)
+			f, err := os.OpenFile(m.path("x"), os.O_WRONLY, 0)
+			check(t, err)
+			defer f.Close()
+			rec.mu.Lock()
+			rec.refuse = func(c sentCall) bool { return c.proc == nfs3.ProcSetattr }
+			rec.mu.Unlock()
+			chmodErr := f.Chmod(0o600)
+			closeErr := f.Close()
+			if tc.opts == nil {
+				if !errorIs(chmodErr, syscall.EACCES) || closeErr != nil {
+					t.Errorf("chmod refused by the server: chmod %v, close %v; want EACCES and nil", chmodErr, closeErr)
+				}
+			} else if chmodErr != nil || closeErr == nil {
+				t.Errorf("deferred chmod refused by the server: chmod %v, close %v; want nil and an error", chmodErr, closeErr)
+			}
+			var st unix.Stat_t
+			check(t, unix.Stat(m.path("x"), &st))
+			if st.Mode&0o7777 != 0o644 {
+				t.Errorf("after the refused chmod 600, the mount shows mode %o, want the server's 644", st.Mode&0o7777)
+			}
+		})
+	}
+}
+
+// TestDeferredSetattr: with DeferSetattr, a file's times, owner and mode
+// set by the process writing it (tar -x, cp -a) cost one SETATTR, sent at
+// its close, and the writer sees them at once; the server has them when
+// close returns. Not while root may be squashed.
+func TestDeferredSetattr(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, deferOpts())
 	mtime := time.Unix(1_000_000_000, 5000)
 	d := opDeltas(m)
 	f := extract(t, m.path("squash-unknown"), mtime)

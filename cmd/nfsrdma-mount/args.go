@@ -68,7 +68,9 @@ of nfsiostat. Options are nfs(5)'s: vers=3, proto=rdma|rdma6|tcp|tcp6, port,
 mountport, mountproto=tcp, rsize, wsize, timeo, retrans, hard, soft, retry,
 bg, fg, nconnect, ac, noac, actimeo, acregmin, acregmax, acdirmin, acdirmax,
 lookupcache, cto, nocto, resvport, noresvport, lock, nolock, local_lock, ro,
-rw, sync, sec=sys, uid, gid (the AUTH_SYS identity); mount(8)'s suid,
+rw, sync, sec=sys, uid, gid (the AUTH_SYS identity); defersetattr (not
+nfs(5)'s: chmod, chown and utimes by a file's writer merged, see the man
+page); mount(8)'s suid,
 nosuid, dev, nodev, exec, noexec, atime, noatime, user, users, remount; what
 mount(8) adds for itself (_netdev, nofail, auto, defaults, x-*...) is
 ignored. See nfsrdma-mount(8).`

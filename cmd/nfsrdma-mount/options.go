@@ -271,6 +271,10 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 		case "cto", "nocto":
 			err = flag()
 			o.NoCTO = name == "nocto"
+		case "defersetattr", "nodefersetattr":
+			// Not nfs(5)'s: fusefs.Options.DeferSetattr (see the man page).
+			err = flag()
+			o.FS.DeferSetattr = name == "defersetattr"
 		case "resvport", "noresvport":
 			err = flag()
 			o.NoResvPort = name == "noresvport"
@@ -445,6 +449,9 @@ func (o *mountOptions) describe() []string {
 	s = append(s, "sec=sys", "lookupcache="+o.LookupCache)
 	if o.NoCTO {
 		s = append(s, "nocto")
+	}
+	if o.FS.DeferSetattr {
+		s = append(s, "defersetattr")
 	}
 	if o.NoResvPort {
 		s = append(s, "noresvport")

@@ -70,12 +70,14 @@ func TestParseOptions(t *testing.T) {
 		{opts: "nconnect=4", check: func(o *mountOptions) bool { return o.NConnect == 4 }},
 		{opts: "inline=16384", check: func(o *mountOptions) bool { return o.Inline == 16384 && slices.Contains(o.canonical, "inline=16384") }},
 		{opts: "", check: func(o *mountOptions) bool {
-			return o.NConnect == 1 && o.LookupCache == "all" && o.LocalLock == "none" && !o.NoLock && !o.NoCTO && !o.NoResvPort && !o.IPv6
+			return o.NConnect == 1 && o.LookupCache == "all" && o.LocalLock == "none" && !o.NoLock && !o.NoCTO && !o.NoResvPort && !o.IPv6 && !o.FS.DeferSetattr
 		}},
 		{opts: "lookupcache=positive", check: func(o *mountOptions) bool {
 			return o.LookupCache == "pos" && o.FS.LookupCache == fusefs.LookupCachePositive && o.FS.AcDirMax == def.AcDirMax
 		}},
 		{opts: "nocto", check: func(o *mountOptions) bool { return o.NoCTO && o.FS.NoCTO }},
+		{opts: "defersetattr", check: func(o *mountOptions) bool { return o.FS.DeferSetattr && slices.Contains(o.canonical, "defersetattr") }},
+		{opts: "defersetattr,nodefersetattr", check: func(o *mountOptions) bool { return !o.FS.DeferSetattr }},
 		{opts: "lookupcache=none,acdirmax=10", check: func(o *mountOptions) bool {
 			return o.FS.AcDirMin == 0 && o.FS.AcDirMax == 0 && o.FS.AcRegMin == def.AcRegMin
 		}},
