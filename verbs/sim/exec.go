@@ -181,7 +181,7 @@ func (f *Fabric) deliverLocked(q *QP, data []byte, inv bool, invRKey uint32) res
 	p.rq = p.rq[1:]
 	p.faults.recvCount++
 	recvFail := func(recvSt, sendSt verbs.Status) result {
-		p.rcq.pushLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: recvSt, QPNum: p.num, VendorErr: 0x52}, qp: p})
+		p.pushRecvLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: recvSt, QPNum: p.num, VendorErr: 0x52}, qp: p})
 		return remote(sendSt)
 	}
 	if p.faults.failRecvAt != 0 && p.faults.recvCount == p.faults.failRecvAt {
@@ -212,7 +212,7 @@ func (f *Fabric) deliverLocked(q *QP, data []byte, inv bool, invRKey uint32) res
 		}
 		return recvFail(st, sendSt)
 	}
-	p.rcq.pushLocked(cqe{wc: wc, qp: p})
+	p.pushRecvLocked(cqe{wc: wc, qp: p})
 	return ok(uint64(len(data)))
 }
 

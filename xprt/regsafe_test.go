@@ -1,0 +1,124 @@
+package xprt
+
+// Rule tests for invalidations a hostile server makes behind the
+// client's back (rules 3, 6 and 8): an invalidation is recorded wherever
+// it comes from, a connection being reset completes no reply whose
+// windows are still valid, and no LOCAL_INV ever names a window the
+// device has already invalidated. On the simulated fabric, which panics
+// on a second invalidation as rxe does.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/rpcrdma"
+	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
+)
+
+// heldTwoSegmentRead starts a held READ of 64 KiB whose Write chunk has
+// two segments (Config.MaxSegment 32 KiB) and returns its xid, tag, the
+// two segments and where its result arrives.
+func (r *rig) heldTwoSegmentRead(ctx context.Context, seed uint32) (xid, tag uint32, segs []rpcrdma.Segment, done chan error) {
+	r.t.Helper()
+	xid, tag, _, done = r.heldRead(ctx, seed)
+	h := r.header(xid, 0)
+	if len(h.Writes) != 1 || len(h.Writes[0]) != 2 {
+		r.t.Fatalf("want one Write chunk of two segments, got %+v", h.Writes)
+	}
+	return xid, tag, h.Writes[0], done
+}
+
+// Rule 8: a Send With Invalidate whose xid matches no call still
+// invalidated the window its rkey names: the client records that window
+// invalid at once, so the teardown that follows knows it (and keeps it)
+// instead of treating it as unknown. Only the call's other window, still
+// valid, is destroyed.
+func TestRuleInvalidationRecordedWhateverTheXID(t *testing.T) {
+	r := newRig(t, Config{MaxSegment: 32 << 10}, xprttest.Config{})
+	ctx := r.ctx(30 * time.Second)
+	if err := r.null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	xid, tag, segs, done := r.heldTwoSegmentRead(ctx, 11)
+	replaced0 := r.tr.Counters().WindowsReplaced
+	if st := r.serverQP().RogueSend(rogueReply(t, xid^0x80000000, []byte("rogue")), true, segs[1].Handle); st != verbs.StatusSuccess {
+		t.Fatalf("rogue send: %v", st)
+	}
+	waitFor(t, "the connection reset", func() bool { return r.tr.Counters().Disconnects > 0 })
+	if err := r.h.WaitArrival(ctx, tag, 2); err != nil { // sent again: the teardown is over
+		t.Fatal(err)
+	}
+	if n := r.tr.Counters().WindowsReplaced - replaced0; n != 1 {
+		t.Fatalf("%d windows destroyed as unknown at the reset, want 1: the window the peer invalidated was not recorded invalid", n)
+	}
+	r.h.Release(tag)
+	if err := <-done; err != nil {
+		t.Fatalf("the READ whose window was invalidated: %v", err)
+	}
+}
+
+// Rules 3, 6 and 8: a receive batch that resets the connection (here: a
+// Send With Invalidate with an unknown xid naming the second window of a
+// two-segment READ) also holds a reply matched to that READ. The client
+// neither posts LOCAL_INV on the connection it is resetting (on rxe a
+// LOCAL_INV of the invalidated window panics the kernel) nor completes the
+// matched reply: the teardown destroys the READ's windows and sends it
+// again. In both orders within the batch.
+func TestRuleResetBatchInvalidatesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rogueInFirst bool
+	}{{"invalidate-then-reply", true}, {"reply-then-invalidate", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{MaxSegment: 32 << 10}, xprttest.Config{})
+			ctx := r.ctx(30 * time.Second)
+			if err := r.null(ctx); err != nil {
+				t.Fatal(err)
+			}
+			xid, tag, segs, done := r.heldTwoSegmentRead(ctx, 12)
+			inv0 := r.tr.Counters().LocalInvalidations
+			srv := r.serverQP()
+			client := srv.Peer()
+			client.HoldRecvCompletions()
+			rogue := func() {
+				if st := srv.RogueSend(rogueReply(t, xid^0x80000000, []byte("rogue")), true, segs[1].Handle); st != verbs.StatusSuccess {
+					t.Fatalf("rogue send: %v", st)
+				}
+			}
+			if tc.rogueInFirst {
+				rogue()
+			}
+			// A reply with the READ's xid: matched, and (if it were
+			// settled) its windows would be invalidated locally.
+			if st := srv.RogueSend(rogueReply(t, xid, []byte("not the data")), false, 0); st != verbs.StatusSuccess {
+				t.Fatalf("reply: %v", st)
+			}
+			if !tc.rogueInFirst {
+				rogue()
+			}
+			if n := client.HeldRecvCompletions(); n != 2 {
+				t.Fatalf("%d receive completions held, want 2", n)
+			}
+			client.ReleaseRecvCompletions() // one batch
+			waitFor(t, "the connection reset", func() bool { return r.tr.Counters().Disconnects > 0 })
+			if err := r.h.WaitArrival(ctx, tag, 2); err != nil { // sent again: the teardown is over
+				t.Fatal(err)
+			}
+			if n := r.tr.Counters().LocalInvalidations - inv0; n != 0 {
+				t.Fatalf("%d LOCAL_INV posted on the connection the batch reset", n)
+			}
+			if n := r.fab.DoubleInvalidations(); n != 0 {
+				t.Fatalf("%d double invalidations", n)
+			}
+			r.h.Release(tag)
+			if err := <-done; err != nil {
+				t.Fatalf("the READ (its matched reply must not complete it): %v", err)
+			}
+			if c := r.tr.Counters(); c.Retransmits == 0 {
+				t.Fatalf("the READ was not sent again: %s", c)
+			}
+		})
+	}
+}
