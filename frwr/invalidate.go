@@ -266,6 +266,9 @@ func (r *Registry) destroyWindowLocked(w *window) {
 	r.slots[w.slot] = nil
 	r.deadSlots++
 	r.c.WindowsReplaced++
+	if r.retire && !r.winWaiters.waitingLocked() {
+		return // Register allocates it when it needs it (RetireWindows)
+	}
 	if nw, _ := r.replaceOneLocked(); nw != nil {
 		r.putWindowLocked(nw)
 	}

@@ -9,11 +9,14 @@ package xprt
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/verbs/sim"
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
 
@@ -120,5 +123,43 @@ func TestRuleResetBatchInvalidatesNothing(t *testing.T) {
 				t.Fatalf("the READ was not sent again: %s", c)
 			}
 		})
+	}
+}
+
+// Forcing memory windows on a device whose windows a hostile server can
+// abuse (rxe: unbounded windows, a stale Send With Invalidate panics the
+// kernel) fails Dial with frwr.ErrUnsafeWindows unless UnsafeWindows is
+// set; the default picks per-segment registration there.
+func TestForcedWindowsRefusedOnUnsafeDevice(t *testing.T) {
+	attr := sim.DefaultDeviceAttr("sim0")
+	attr.WindowsUnbounded, attr.StaleInvalidatePanics = true, true
+	fab := sim.NewFabric(sim.WithDevice(attr))
+	defer fab.Close()
+	srv, err := xprttest.Start(xprttest.Config{Fabric: fab})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx := context.Background()
+	if tr, err := Dial(ctx, Config{Fabric: fab, Addr: srv.Addr(), Registration: frwr.ModeWindows}); !errors.Is(err, frwr.ErrUnsafeWindows) {
+		if tr != nil {
+			tr.Close()
+		}
+		t.Fatalf("Dial with windows forced on an rxe-like device: %v, want ErrUnsafeWindows", err)
+	}
+	for _, cfg := range []Config{{}, {Registration: frwr.ModeWindows, UnsafeWindows: true}} {
+		cfg.Fabric, cfg.Addr = fab, srv.Addr()
+		tr, err := Dial(ctx, cfg)
+		if err != nil {
+			t.Fatalf("Dial %+v: %v", cfg.Registration, err)
+		}
+		want := frwr.ModeRegister
+		if cfg.UnsafeWindows {
+			want = frwr.ModeWindows
+		}
+		if m := tr.RegistrationMode(); m != want {
+			t.Errorf("mode %v, want %v", m, want)
+		}
+		tr.Close()
 	}
 }

@@ -174,7 +174,8 @@ func (t *Transport) ensureRegistry(dev verbs.Device) error {
 	wins := 4 * t.cfg.IOBuffers
 	attr := dev.Attr()
 	reg, err = frwr.New(frwr.Config{PD: pd, Attr: attr, Mode: t.cfg.Registration, BufferSize: t.bufSize(),
-		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics, Ready: max(t.cfg.RegisterAhead, 0)})
+		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics, UnsafeWindows: t.cfg.UnsafeWindows,
+		Ready: max(t.cfg.RegisterAhead, 0)})
 	if err != nil {
 		pd.Close()
 		return err
