@@ -238,8 +238,9 @@ func (r *Registry) ConnectionLost(regs ...[]*Registration) {
 			r.setStateLocked(g, StateDead)
 		}
 	}
-	// Registrations made ahead and not taken stay: no peer was ever told
-	// their rkeys, and they cover only zeroed memory no call holds.
+	// Registrations made ahead and not taken stay: they have no remote
+	// access (TakeReady adds it), and cover only zeroed memory no call
+	// holds.
 	for _, list := range regs {
 		for i, g := range list {
 			if g == nil || g.r != r || !g.inUse {

@@ -171,6 +171,13 @@ type Counters struct {
 	ReadyDropped  uint64 // deregistered without being taken (Detach, ConnectionLost, Close, a size giving way)
 	ReadyFailures uint64 // Refill calls that could not make one (mapping or registration failed, memory cap)
 	ReadyStocked  int    // made and not taken now (a gauge)
+	// ReadyGrants counts remote rights added by TakeReady to a
+	// registration made ahead (made local-only, ibv_rereg_mr at use).
+	ReadyGrants uint64
+	// ReadyUnsupported: the device refused to change an MR's access, so
+	// the registry makes no registrations ahead (segments are registered
+	// at use).
+	ReadyUnsupported bool
 
 	FreeBuffers int // buffers in the pool now
 	FreeWindows int // windows Free in the pool now
@@ -216,6 +223,7 @@ type Registry struct {
 	stocks                    map[readyKey]*readyStock
 	readyTick                 uint64
 	readyBytes                int
+	readyOff                  bool      // the device cannot add remote access in place: none made ahead
 	fills                     int       // Refills between taking the PD and putting their registration
 	fillDone                  sync.Cond // on mu: signalled when fills drops to zero (Close and Detach wait for it)
 

@@ -10,11 +10,13 @@ package xprt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
+	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
@@ -161,5 +163,138 @@ func TestForcedWindowsRefusedOnUnsafeDevice(t *testing.T) {
 			t.Errorf("mode %v, want %v", m, want)
 		}
 		tr.Close()
+	}
+}
+
+// The same defect driven by the test server: a Send With Invalidate with
+// an unknown xid naming the second window of a two-segment READ, right
+// before the READ's real reply. The client resets, sends the READ again,
+// and never invalidates the dead window a second time (the fabric panics
+// if it does).
+func TestForeignInvalidationBeforeReply(t *testing.T) {
+	h := sunrpctest.NewHandler()
+	tr, srv, fab := simTarget(t, h, Config{Timeout: 5 * time.Second, MaxSegment: 32 << 10}, xprttest.Config{
+		Misbehave: xprttest.Misbehavior{OnCall: 2, UnknownXID: true, ThenReply: true, InvalidateUnknownXID: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for xid := uint32(1); xid <= 3; xid++ {
+		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 64<<10, make([]byte, 64<<10)))
+		if err != nil {
+			t.Fatalf("READ %d: %v", xid, err)
+		}
+		err = sunrpctest.CheckRead(rep, xid, xid, 64<<10)
+		rep.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := srv.Stats(); st.ForeignInvalidates != 1 {
+		t.Fatalf("server: %+v", st)
+	}
+	if c := tr.Counters(); c.Disconnects != 1 || c.Retransmits != 1 {
+		t.Fatalf("want one reset and the READ sent again: %s", c)
+	}
+	if n := fab.DoubleInvalidations(); n != 0 {
+		t.Fatalf("%d double invalidations", n)
+	}
+}
+
+// Two servers on one device through one process: a server can never reach
+// memory the client registered for a call to the other one, even knowing
+// the segment's address and rkey exactly (each transport registers on a
+// protection domain of its own), in each registration mode, registrations
+// made ahead included.
+func TestTwoServersCannotReachEachOther(t *testing.T) {
+	for _, cfg := range []Config{{Registration: frwr.ModeWindows}, {Registration: frwr.ModeRegister}, {Registration: frwr.ModeRegister, RegisterAhead: -1}} {
+		t.Run(fmt.Sprintf("%v-ahead%d", cfg.Registration, cfg.RegisterAhead), func(t *testing.T) {
+			fab := sim.NewFabric(sim.PanicOnDoubleInvalidation())
+			defer fab.Close()
+			type side struct {
+				h   *sunrpctest.Handler
+				srv *xprttest.Server
+				tr  *Transport
+				hdr chan rpcrdma.Header
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var sides [2]*side
+			for i := range sides {
+				s := &side{h: sunrpctest.NewHandler(), hdr: make(chan rpcrdma.Header, 16)}
+				var err error
+				s.srv, err = xprttest.Start(xprttest.Config{Fabric: fab, Handler: s.h, Observe: func(_ xprttest.CallInfo, h *rpcrdma.Header) {
+					c := rpcrdma.Header{XID: h.XID}
+					for _, w := range h.Writes {
+						c.Writes = append(c.Writes, append(rpcrdma.WriteChunk(nil), w...))
+					}
+					select {
+					case s.hdr <- c:
+					default:
+					}
+				}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := cfg
+				c.Fabric, c.Addr, c.Timeout = fab, s.srv.Addr(), 10*time.Second
+				if s.tr, err = Dial(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+				sides[i] = s
+			}
+			defer func() {
+				for _, s := range sides {
+					s.tr.Close()
+					s.h.Close()
+					s.srv.Close()
+				}
+			}()
+			a, b := sides[0], sides[1]
+			// Several READs to B so that registrations made ahead are in
+			// use, then one held: its segment is exposed to B.
+			for xid := uint32(1); xid <= 4; xid++ {
+				rep, err := b.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 4096, make([]byte, 4096)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rep.Release()
+			}
+			buf := make([]byte, 4096)
+			done := make(chan error, 1)
+			go func() {
+				rep, err := b.tr.RoundTrip(ctx, sunrpctest.ReadRequest(9, sunrpctest.Control{Tag: 1, Action: sunrpctest.Hold}, 9, 4096, buf))
+				if err == nil {
+					err = sunrpctest.CheckRead(rep, 9, 9, 4096)
+					rep.Release()
+				}
+				done <- err
+			}()
+			if err := b.h.WaitArrival(ctx, 1, 1); err != nil {
+				t.Fatal(err)
+			}
+			var seg rpcrdma.Segment
+			for h := range b.hdr {
+				if h.XID == 9 {
+					seg = h.Writes[0][0]
+					break
+				}
+			}
+			qps := a.srv.QPs()
+			if st := qps[len(qps)-1].RogueWrite(seg.Offset, seg.Handle, []byte("from A")); st == verbs.StatusSuccess {
+				t.Fatalf("server A wrote into a segment the client registered for a call to server B (rkey %#x)", seg.Handle)
+			}
+			b.h.Release(1)
+			if err := <-done; err != nil {
+				t.Fatalf("B's READ: %v", err)
+			}
+			// A's connection broke; A's transport recovers.
+			rep, err := a.tr.RoundTrip(ctx, sunrpctest.ReadRequest(20, sunrpctest.Control{}, 20, 4096, make([]byte, 4096)))
+			if err != nil {
+				t.Fatalf("A after its rogue access: %v", err)
+			}
+			rep.Release()
+			if n := fab.DoubleInvalidations(); n != 0 {
+				t.Fatalf("%d double invalidations", n)
+			}
+		})
 	}
 }

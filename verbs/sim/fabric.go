@@ -24,6 +24,7 @@ type config struct {
 	seed           uint64
 	seeded         bool
 	panicOnDoubleI bool
+	noRereg        bool
 }
 
 // Manual makes the fabric deterministic: no goroutine executes work; the
@@ -43,6 +44,10 @@ func WithDevice(attr verbs.DeviceAttr) Option {
 // device (AllocMW then fails with EOPNOTSUPP), to test the fallback to
 // dynamic memory registration.
 func WithoutMemWindows() Option { return func(c *config) { c.noWindows = true } }
+
+// WithoutRereg makes MR.ChangeAccess fail with EOPNOTSUPP, as on a device
+// whose driver cannot re-register an MR (rxe before Linux 6.2).
+func WithoutRereg() Option { return func(c *config) { c.noRereg = true } }
 
 // WithSeed seeds the generator of key bytes, for reproducible rkeys.
 func WithSeed(seed uint64) Option {

@@ -53,8 +53,14 @@ type Stats struct {
 	LateWritesFailed  uint64 // ... that failed at the device (the rkey was invalid: correct)
 	LateWritesLanded  uint64 // ... that succeeded (the rkey was still valid: a client bug)
 	StaleInvalidates  uint64 // replies sent with Send With Invalidate of an earlier call's rkey
-	OutOfBoundsTried  uint64 // accesses past a segment's end through its rkey
-	OutOfBoundsLanded uint64 // ... that succeeded (the device let the peer outside the segment)
+	// ForeignInvalidates counts Send With Invalidate with an unknown xid
+	// naming a window of a call not yet answered (InvalidateUnknownXID).
+	ForeignInvalidates uint64
+	// DuplicateInvalidates counts second Send With Invalidates of a
+	// reply's rkey (DuplicateInvalidate).
+	DuplicateInvalidates uint64
+	OutOfBoundsTried     uint64 // accesses past a segment's end through its rkey
+	OutOfBoundsLanded    uint64 // ... that succeeded (the device let the peer outside the segment)
 }
 
 // stats are the live counters behind Stats.
@@ -67,6 +73,7 @@ type stats struct {
 	maxOutstanding, overCredit                   atomic.Uint64
 	unknownXID, lateWrites, lateFailed, lateLand atomic.Uint64
 	staleInv, oobTried, oobLanded                atomic.Uint64
+	foreignInv, dupInv                           atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
@@ -79,7 +86,7 @@ func (s *stats) snapshot() Stats {
 		SendWithInv: s.sendWithInv.Load(), MaxOutstanding: s.maxOutstanding.Load(),
 		OverCredit: s.overCredit.Load(), UnknownXIDReplies: s.unknownXID.Load(),
 		LateWrites: s.lateWrites.Load(), LateWritesFailed: s.lateFailed.Load(), LateWritesLanded: s.lateLand.Load(),
-		StaleInvalidates: s.staleInv.Load(), OutOfBoundsTried: s.oobTried.Load(), OutOfBoundsLanded: s.oobLanded.Load(),
+		StaleInvalidates: s.staleInv.Load(), ForeignInvalidates: s.foreignInv.Load(), DuplicateInvalidates: s.dupInv.Load(), OutOfBoundsTried: s.oobTried.Load(), OutOfBoundsLanded: s.oobLanded.Load(),
 	}
 }
 
