@@ -237,6 +237,9 @@ func (f *Fabric) invalidWindowLocked(rkey uint32) bool {
 
 func (f *Fabric) doubleInvalidationLocked(verb string, rkey uint32) {
 	f.anomalies.DoubleInvalidations++
+	if verb == "LOCAL_INV" {
+		f.anomalies.DoubleLocalInvalidations++
+	}
 	if f.cfg.panicOnDoubleI {
 		panic(fmt.Sprintf("sim: %s of rkey %#x, which is not a valid window (this panics the rxe kernel driver)", verb, rkey))
 	}

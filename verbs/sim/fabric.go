@@ -93,6 +93,10 @@ type Anomalies struct {
 	// currently valid window, and SEND_WITH_INV of the rkey of an open
 	// window that is already invalid. On rxe these panic the kernel.
 	DoubleInvalidations int
+	// DoubleLocalInvalidations counts those of DoubleInvalidations that
+	// were the QP owner's own LOCAL_INV (the rest: a peer's Send With
+	// Invalidate, which a conforming device only fails).
+	DoubleLocalInvalidations int
 	// QPClosedWithBoundWindows counts windows still bound to a QP when it
 	// was closed (rxe logs a kernel warning; close windows first).
 	QPClosedWithBoundWindows int

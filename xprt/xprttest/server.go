@@ -118,6 +118,7 @@ type Server struct {
 	mu        sync.Mutex
 	misbehave Misbehavior
 	conns     map[*conn]struct{}
+	nconns    uint64
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -255,6 +256,8 @@ func (s *Server) serveConn(ep verbs.Endpoint) {
 		return
 	}
 	s.conns[c] = struct{}{}
+	s.nconns++
+	c.connSeq = s.nconns
 	s.mu.Unlock()
 	if err := c.accept(); err != nil {
 		s.log.Warn("accept", "peer", ep.RemoteAddr(), "err", err)
@@ -271,3 +274,50 @@ func (s *Server) serveConn(ep verbs.Endpoint) {
 	s.mu.Unlock()
 	s.st.disconnects.Add(1)
 }
+
+// Access is a rogue RDMA access from the server's side, on any fabric: on
+// one live connection (the most recent, when several are), it RDMA-WRITEs
+// n bytes of LateWriteByte (op verbs.OpRDMAWrite) or RDMA-READs n bytes
+// (verbs.OpRDMARead) at addr with rkey, and returns the completion's
+// status: success means the client's device let the access land. A
+// failed access breaks that connection, as any error completion does.
+// ErrNoConnection when none is live.
+func (s *Server) Access(op verbs.Opcode, addr uint64, rkey uint32, n int) (verbs.Status, error) {
+	s.mu.Lock()
+	var c *conn
+	for cc := range s.conns {
+		if c == nil || cc.connSeq > c.connSeq {
+			c = cc
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return 0, ErrNoConnection
+	}
+	buf, err := newScratch(c.pd, n)
+	if err != nil {
+		return 0, err
+	}
+	defer buf.close()
+	for i := range buf.bytes {
+		buf.bytes[i] = LateWriteByte
+	}
+	ch, posted, err := c.post([]verbs.SendWR{{Opcode: op, SGL: []verbs.SGE{buf.sge(0, n)}, RemoteAddr: addr, RKey: rkey}})
+	if err != nil {
+		return 0, err
+	}
+	wcs, err := c.complete(ch, posted)
+	if len(wcs) == 0 {
+		if err == nil {
+			err = ErrNoConnection
+		}
+		return 0, err
+	}
+	if wc := wcs[0]; wc.Status != verbs.StatusSuccess && wc.Status != verbs.StatusWRFlushErr {
+		c.fail(&verbs.CompletionError{Completion: wc, Opcode: op})
+	}
+	return wcs[0].Status, nil
+}
+
+// ErrNoConnection is returned by Access when no connection is live.
+var ErrNoConnection = errors.New("xprttest: no live connection")
