@@ -299,7 +299,7 @@ var secCases = []secCase{
 		}
 		return 1 + int(st.LateWrites-before.LateWrites), landed + int(st.LateWritesLanded-before.LateWritesLanded), fmt.Sprintf("returned %v", err), nil
 	}},
-	{"write past a 128 KiB segment (inside its I/O buffer)", oobCase(128<<10)},
+	{"write past a 128 KiB segment (inside its I/O buffer)", oobCase(128 << 10)},
 	{"write past a 4 KiB segment", oobCase(4 << 10)},
 	{"read past a Read chunk segment", func(ctx context.Context, e *secEnv, _ func()) (int, int, string, error) {
 		before := e.srv.Stats()
