@@ -37,7 +37,7 @@ import (
 // So they outlive a lost connection (ConnectionLost deregisters only what
 // calls took); Detach and Close deregister every one that was not taken.
 // On a device that cannot change an MR's access the registry stops making
-// registrations ahead at the first refusal (Counters.ReadyUnsupported):
+// registrations ahead at the first failure (Counters.ReadyUnsupported):
 // segments are then registered at use.
 
 // ReadyKeys is the most (size, direction) pairs the registry stocks at
@@ -104,8 +104,9 @@ func (r *Registry) TakeReady(n int, dir Direction) (b *Buffer, g *Registration, 
 		return b, g, true
 	}
 	r.c.ReadyFailures++
-	if errors.Is(err, syscall.EOPNOTSUPP) && !r.readyOff {
-		// The device cannot: register at use from now on.
+	if !r.readyOff {
+		// The device cannot (EOPNOTSUPP), or not reliably: register at
+		// use from now on.
 		r.readyOff = true
 		r.c.ReadyUnsupported = true
 		r.unstockAllLocked()

@@ -319,13 +319,15 @@ func (m *memRegion) ChangeAccess(access verbs.Access) error {
 	if m.closed.Load() {
 		return verbs.ErrClosed
 	}
-	r := C.ibv_rereg_mr(m.mr, C.IBV_REREG_MR_CHANGE_ACCESS, nil, nil, 0, ibvAccess(access))
+	// It returns 0, or one of the negative IBV_REREG_MR_ERR_* codes with
+	// errno set (EOPNOTSUPP from a driver without re-registration).
+	r, err := C.ibv_rereg_mr(m.mr, C.IBV_REREG_MR_CHANGE_ACCESS, nil, nil, 0, ibvAccess(access))
 	if r != 0 {
-		errno := syscall.Errno(r)
-		if r < 0 || errno == syscall.ENOSYS {
+		errno, ok := err.(syscall.Errno)
+		if !ok || errno == 0 || errno == syscall.ENOSYS {
 			errno = syscall.EOPNOTSUPP
 		}
-		return &verbs.OpError{Verb: "ibv_rereg_mr", Object: m.pd.d.attr.Name, Err: errno, Hint: "changing an MR's access"}
+		return &verbs.OpError{Verb: "ibv_rereg_mr", Object: m.pd.d.attr.Name, Err: errno, Hint: fmt.Sprintf("changing an MR's access (code %d)", int(r))}
 	}
 	m.access = access
 	return nil
