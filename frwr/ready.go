@@ -229,8 +229,8 @@ func (r *Registry) Refill() bool {
 		}
 		return false
 	}
-	if r.closed || r.pd != pd || s.gone {
-		// Closed, detached or evicted meanwhile: never stock it.
+	if r.closed || r.pd != pd || s.gone || r.readyOff {
+		// Closed, detached, evicted or refused meanwhile: never stock it.
 		if cerr := mr.Close(); cerr != nil {
 			r.c.ReadyFailures++
 			return false // still registered: keep the memory mapped

@@ -82,6 +82,14 @@ func TestXprtRegistrationModesRXE(t *testing.T) {
 			}
 			c := n.tr.Counters()
 			switch {
+			case m == frwr.ModeRegister && tc.ahead == 0 && c.RegisterAheadRefused != 0:
+				// rxe on Linux 6.1 cannot add remote access to an MR in
+				// place: nothing is made ahead, every segment is
+				// registered at use.
+				if c.ReadyRegistrations != 0 || c.RegisteredAhead != 0 {
+					t.Errorf("registrations made ahead used (%d) or left (%d) on a device that refused them", c.ReadyRegistrations, c.RegisteredAhead)
+				}
+				t.Logf("the device cannot change an MR's access: registering at use")
 			case m == frwr.ModeRegister && tc.ahead == 0 && c.ReadyRegistrations < nSmall+2*nw-6:
 				t.Errorf("register mode: %d calls used a registration made ahead, want nearly all %d small ones", c.ReadyRegistrations, nSmall+2*nw)
 			case (m != frwr.ModeRegister || tc.ahead < 0) && c.ReadyRegistrations != 0:

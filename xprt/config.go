@@ -58,7 +58,11 @@ type Config struct {
 	// READ or WRITE does not wait for ibv_reg_mr: a caller waiting for its
 	// reply makes the next one (frwr.Registry.TakeReady, Refill). The
 	// deregistration after the reply stays on the call's path (it is the
-	// invalidation). Default 8; negative makes none.
+	// invalidation). They are made without remote access, which is added
+	// in place (ibv_rereg_mr) when a call takes one, so that no server can
+	// reach one before it is advertised; on a device that cannot do that
+	// (rxe on Linux 6.1) none are made and segments are registered at use
+	// (Counters.RegisterAheadRefused). Default 8; negative makes none.
 	RegisterAhead int
 	// Timeout is how long a sent call may wait for its reply before the
 	// connection is reset and the call retransmitted on a new one

@@ -298,3 +298,27 @@ func TestTwoServersCannotReachEachOther(t *testing.T) {
 		})
 	}
 }
+
+// On a device that cannot add remote access to an MR in place, nothing is
+// made ahead: small segments are registered at use, and the calls work.
+func TestRegisterAheadRefusedRegistersAtUse(t *testing.T) {
+	h := sunrpctest.NewHandler()
+	tr, _, _ := simTarget(t, h, Config{Registration: frwr.ModeRegister}, xprttest.Config{}, sim.WithoutRereg())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for xid := uint32(1); xid <= 20; xid++ {
+		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 4096, make([]byte, 4096)))
+		if err != nil {
+			t.Fatalf("READ %d: %v", xid, err)
+		}
+		err = sunrpctest.CheckRead(rep, xid, xid, 4096)
+		rep.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := tr.Counters()
+	if c.RegisterAheadRefused != 1 || c.ReadyRegistrations != 0 || c.RegisteredAhead != 0 || c.Registrations < 20 {
+		t.Fatalf("counters: %s", c)
+	}
+}

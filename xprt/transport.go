@@ -260,6 +260,9 @@ func (t *Transport) Counters() Counters {
 		c.Binds, c.LocalInvalidations, c.RemoteInvalidations = rc.Binds, rc.LocalInvalidations, rc.RemoteInvalidations
 		c.WindowsReplaced, c.Registrations, c.WindowsRetired = rc.WindowsReplaced, rc.Registrations, rc.WindowsRetired
 		c.RegisteredAhead = uint64(rc.ReadyStocked)
+		if rc.ReadyUnsupported {
+			c.RegisterAheadRefused = 1
+		}
 	}
 	return c
 }
