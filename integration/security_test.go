@@ -374,6 +374,44 @@ var secCases = []secCase{
 		}
 		return tried, landed, "", nil
 	}},
+	{"keys guessed around a finished call's rkey", func(ctx context.Context, e *secEnv, progress func()) (int, int, string, error) {
+		// Other key bytes on the same index (the window or MR the call
+		// used, now invalid or bound again with a new key), and the same
+		// key byte on the next indices (registrations made after it,
+		// those made ahead included), at the call's address.
+		xid, err := e.read(ctx, make([]byte, 4<<10))
+		if err != nil {
+			return 0, 0, "", err
+		}
+		h, ok := e.header(xid)
+		if !ok || len(h.Writes) == 0 {
+			return 0, 0, "", errors.New("no Write chunk seen")
+		}
+		seg := h.Writes[0][0]
+		var guesses []uint32
+		for k := uint32(1); k <= 8; k++ {
+			guesses = append(guesses, seg.Handle&^0xff|(seg.Handle+k)&0xff)
+		}
+		for i := uint32(1); i <= 4; i++ {
+			guesses = append(guesses, seg.Handle+i<<8)
+		}
+		tried, landed := 0, 0
+		for _, g := range guesses {
+			st, err := e.srv.Access(verbs.OpRDMAWrite, seg.Offset, g, 64)
+			if err != nil {
+				return tried, landed, "", err
+			}
+			tried++
+			if st == verbs.StatusSuccess {
+				landed++
+			}
+			progress()
+			if err := waitConnected(ctx, e); err != nil {
+				return tried, landed, "", err
+			}
+		}
+		return tried, landed, "", nil
+	}},
 }
 
 // waitConnected waits until the client has a connection again (a READ
