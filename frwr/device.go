@@ -92,6 +92,9 @@ func (r *Registry) Attach(pd verbs.PD, attr verbs.DeviceAttr) error {
 	if r.mode == ModeWindows && !attr.Has(verbs.CapMemWindow2) {
 		return fmt.Errorf("frwr: Attach: device %s has no type-2 memory windows and the registry is in %v mode", attr.Name, r.mode)
 	}
+	if err := windowsSafe(attr); r.mode == ModeWindows && err != nil && !r.unsafeWindows {
+		return fmt.Errorf("frwr: Attach: %w", err)
+	}
 	undo := func(err error) error { return errors.Join(err, r.releaseDeviceLocked()) }
 	access := r.bufferAccess()
 	for i, b := range r.buffers {
@@ -102,6 +105,9 @@ func (r *Registry) Attach(pd verbs.PD, attr verbs.DeviceAttr) error {
 		b.mr = mr
 	}
 	for i := range r.slots {
+		if r.retire {
+			break // no window before Register needs it
+		}
 		mw, err := pd.AllocMW()
 		if err != nil {
 			return undo(fmt.Errorf("frwr: allocating memory window %d: %w", i, err))
@@ -113,6 +119,10 @@ func (r *Registry) Attach(pd verbs.PD, attr verbs.DeviceAttr) error {
 	r.pd = pd
 	r.deadSlots = 0
 	for _, w := range r.slots {
+		if w == nil {
+			r.deadSlots++
+			continue
+		}
 		r.putWindowLocked(w)
 	}
 	r.c.Attaches++
@@ -131,13 +141,18 @@ func (r *Registry) bufferAccess() verbs.Access {
 	return access
 }
 
-// retireWindowLocked replaces a window that has just become invalid by a
-// new one, so that no window ever sits Free under an rkey the peer has
-// seen (Config.RetireWindows). The new window is allocated before the old
-// one is destroyed, so the device cannot hand the old window's index to
-// it.
+// retireWindowLocked deallocates a window that has just become invalid,
+// so that no window ever sits Free under an rkey the peer has seen
+// (Config.RetireWindows); its slot waits for Register to allocate a new
+// one. When a Register waits for a window, the new one is allocated now
+// and handed to it, before the old one is destroyed, so the device cannot
+// hand the old window's index to it.
 func (r *Registry) retireWindowLocked(w *window) {
-	nmw, err := r.pd.AllocMW()
+	var nmw verbs.MW
+	var err error
+	if r.winWaiters.waitingLocked() {
+		nmw, err = r.pd.AllocMW()
+	}
 	idx := w.mw.RKey() >> 8
 	if r.byIndex[idx] == w {
 		delete(r.byIndex, idx)
@@ -147,11 +162,13 @@ func (r *Registry) retireWindowLocked(w *window) {
 	}
 	w.state, w.reg = StateDead, nil
 	r.c.WindowsRetired++
-	if err != nil {
+	if nmw == nil {
 		r.slots[w.slot] = nil
 		r.deadSlots++
-		r.c.WindowAllocFailures++
-		return // Register allocates it later
+		if err != nil {
+			r.c.WindowAllocFailures++
+		}
+		return // Register allocates it when it needs it
 	}
 	nw := &window{mw: nmw, slot: w.slot, state: StateFree}
 	r.slots[w.slot] = nw

@@ -65,8 +65,8 @@ func TestStaleSendWithInvalidate(t *testing.T) {
 			want := 1
 			if retire {
 				want = 0
-				if c.WindowsRetired != 1 || c.FreeWindows != 4 {
-					t.Fatalf("after one call: retired %d windows, %d free; want 1 and 4", c.WindowsRetired, c.FreeWindows)
+				if c.WindowsRetired != 1 || c.FreeWindows != 0 {
+					t.Fatalf("after one call: retired %d windows, %d free; want 1 and 0", c.WindowsRetired, c.FreeWindows)
 				}
 			} else if c.WindowsRetired != 0 {
 				t.Fatalf("windows retired without RetireWindows: %d", c.WindowsRetired)
@@ -178,5 +178,105 @@ func TestModeAutoUnboundedWindows(t *testing.T) {
 		}
 		g.invalidateAndRelease([]*frwr.Registration{reg})
 		g.r.PutBuffer(b)
+	}
+}
+
+// TestRetireWindowsNoneSitsFree: with RetireWindows no window exists
+// unbound: none is allocated before Register needs it, and each is
+// deallocated as soon as it is invalid. A peer guessing rkeys (an index
+// and an 8-bit key) finds no allocated, unbound window to invalidate —
+// which crashes rxe.
+func TestRetireWindowsNoneSitsFree(t *testing.T) {
+	g := newRig(t, frwr.Config{Windows: 4, RetireWindows: true})
+	mws := func() int { return g.f.Live().MWs - g.base.MWs }
+	if n := mws(); n != 0 {
+		t.Fatalf("%d windows allocated before any Register", n)
+	}
+	b := getBuffer(t, g.r)
+	defer g.r.PutBuffer(b)
+	for range 3 {
+		var regs []*frwr.Registration
+		for i := range 3 {
+			regs = append(regs, register(t, g.r, b, i*4096, 4096, frwr.FromPeer))
+		}
+		if n := mws(); n != 3 {
+			t.Fatalf("%d windows allocated for 3 segments", n)
+		}
+		g.call(regs...)
+		g.invalidateAndRelease(regs)
+		if n, c := mws(), g.r.Counters(); n != 0 || c.FreeWindows != 0 {
+			t.Fatalf("%d windows left allocated (%d free) after their segments were invalidated", n, c.FreeWindows)
+		}
+	}
+	// A registration given back unposted does not leave its window either.
+	reg := register(t, g.r, b, 0, 4096, frwr.ToPeer)
+	if !reg.Abort() {
+		t.Fatal("Abort refused")
+	}
+	if n := mws(); n != 0 {
+		t.Fatalf("%d windows left allocated after Abort", n)
+	}
+}
+
+// TestForcedWindowsRefusedOnUnsafeDevice: ModeWindows forced on a device
+// whose windows a hostile peer can abuse (unbounded windows, or a stale
+// Send With Invalidate that crashes the kernel: rxe) is refused with
+// ErrUnsafeWindows, by New and by Attach, unless UnsafeWindows is set;
+// ModeAuto picks per-segment registration there.
+func TestForcedWindowsRefusedOnUnsafeDevice(t *testing.T) {
+	for _, q := range []string{"unbounded", "stale-invalidate-panics"} {
+		t.Run(q, func(t *testing.T) {
+			attr := sim.DefaultDeviceAttr("rxe-like")
+			attr.WindowsUnbounded = q == "unbounded"
+			attr.StaleInvalidatePanics = q != "unbounded"
+			f := sim.NewFabric(sim.WithDevice(attr))
+			defer f.Close()
+			dev, err := f.OpenDevice("rxe-like")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			pd, err := dev.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pd.Close()
+			cfg := frwr.Config{PD: pd, Attr: attr, Mode: frwr.ModeWindows, BufferSize: 4096, Buffers: 1, Windows: 2}
+			if r, err := frwr.New(cfg); !errors.Is(err, frwr.ErrUnsafeWindows) {
+				if r != nil {
+					r.Close()
+				}
+				t.Fatalf("New with ModeWindows forced: %v, want ErrUnsafeWindows", err)
+			}
+			cfg.Mode = frwr.ModeAuto
+			r, err := frwr.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Mode() != frwr.ModeRegister {
+				t.Errorf("ModeAuto picked %v", r.Mode())
+			}
+			r.Close()
+			cfg.Mode, cfg.UnsafeWindows = frwr.ModeWindows, true
+			r, err = frwr.New(cfg)
+			if err != nil {
+				t.Fatalf("New with UnsafeWindows: %v", err)
+			}
+			defer r.Close()
+			// Attach checks the device it moves to.
+			safe := r
+			cfg.UnsafeWindows = false
+			cfg.Attr = sim.DefaultDeviceAttr("safe")
+			if safe, err = frwr.New(cfg); err != nil {
+				t.Fatal(err)
+			}
+			defer safe.Close()
+			if err := safe.Detach(); err != nil {
+				t.Fatal(err)
+			}
+			if err := safe.Attach(pd, attr); !errors.Is(err, frwr.ErrUnsafeWindows) {
+				t.Fatalf("Attach of a windows registry to an unsafe device: %v, want ErrUnsafeWindows", err)
+			}
+		})
 	}
 }

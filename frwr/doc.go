@@ -12,7 +12,12 @@
 // direction needs and a new, unpredictable rkey; the transport chains it
 // unsignaled before its SEND in one post. Devices without type-2 windows
 // use per-I/O ibv_reg_mr instead (ModeRegister), chosen from the device
-// attributes in ModeAuto.
+// attributes in ModeAuto — as are devices whose windows a hostile peer can
+// abuse (verbs.DeviceAttr.WindowsUnbounded: the rkey reaches the whole
+// buffer; StaleInvalidatePanics: a second Send With Invalidate of a
+// window crashes the kernel; both true of rxe). Forcing ModeWindows on
+// such a device is refused with ErrUnsafeWindows unless
+// Config.UnsafeWindows is set (for tests against a trusted server).
 //
 // # The life of a window
 //
@@ -58,8 +63,9 @@
 // Release deregisters (ibv_dereg_mr is the invalidation). The transport
 // must not offer remote invalidation (RemoteInvalidationOK is false).
 // Registrations of small segments may also be made ahead (Config.Ready,
-// TakeReady, Refill: ready.go), each over memory of its own, so that only
-// the deregistration is on the call's path.
+// TakeReady, Refill: ready.go), each over memory of its own and without
+// remote access until TakeReady adds it in place (ibv_rereg_mr), so that
+// no peer can reach one before a call advertises it.
 //
 // # Sizing
 //

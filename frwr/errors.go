@@ -17,6 +17,12 @@ var ErrNotOwned = errors.New("frwr: buffer or registration not held from this re
 // not lie within its buffer.
 var ErrSegment = errors.New("frwr: segment outside its buffer")
 
+// ErrUnsafeWindows is returned by New and Attach for ModeWindows forced on
+// a device whose memory windows a hostile peer can abuse (windows that do
+// not bound the peer to its segment, or a stale Send With Invalidate that
+// crashes the kernel: rxe), unless Config.UnsafeWindows is set.
+var ErrUnsafeWindows = errors.New("frwr: memory windows are unsafe against a hostile peer on this device")
+
 // TransitionError is a call that asked a registration for a state change
 // its current state does not allow. The call did nothing to it.
 type TransitionError struct {

@@ -19,6 +19,11 @@ import (
 // transport treats it as a protocol error. The device did invalidate that
 // rkey, so if it is another RPC's Bound window it is recorded as
 // InvalidatedRemotely too: no LOCAL_INV will ever name it.
+//
+// Call it for every successful receive completion with WCWithInv, as soon
+// as it is polled and whatever the message carries (regs nil when it
+// answers no known RPC): an invalidation is recorded wherever it comes
+// from, before any LOCAL_INV could name the same window.
 func (r *Registry) MatchRemoteInvalidation(regs []*Registration, wc verbs.Completion) bool {
 	if wc.Status != verbs.StatusSuccess || wc.Flags&verbs.WCWithInv == 0 {
 		return false
@@ -42,12 +47,33 @@ func (r *Registry) MatchRemoteInvalidation(regs []*Registration, wc verbs.Comple
 			r.c.RemoteInvalidations++
 			return true
 		}
-		if w := r.byIndex[rkey>>8]; w != nil && w.state == StateBound && w.reg.seg.Handle == rkey {
+		if w := r.byIndex[rkey>>8]; w != nil && w.state == StateBound && w.reg.seg.Handle == rkey && w.mw.RKey() == rkey {
 			r.setStateLocked(w.reg, StateInvalidatedRemotely)
 		}
 	}
 	r.c.UnmatchedRemoteInvalidations++
 	return false
+}
+
+// ValidWindows returns how many of regs are windows the peer may still
+// reach and that only a LOCAL_INV (or ConnectionLost) can close: Bound,
+// with their bind posted or about to be. A transport that is resetting its
+// connection leaves an RPC with such windows to ConnectionLost rather than
+// invalidating them or completing it. In register mode it is 0:
+// deregistration in Release closes a segment on any connection.
+func (r *Registry) ValidWindows(regs []*Registration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed || r.mode != ModeWindows {
+		return 0
+	}
+	n := 0
+	for _, g := range regs {
+		if g != nil && g.r == r && g.inUse && g.w != nil && g.state == StateBound {
+			n++
+		}
+	}
+	return n
 }
 
 // AppendLocalInvalidations is the reply handler's second step: it appends
@@ -212,8 +238,9 @@ func (r *Registry) ConnectionLost(regs ...[]*Registration) {
 			r.setStateLocked(g, StateDead)
 		}
 	}
-	// Registrations made ahead and not taken stay: no peer was ever told
-	// their rkeys, and they cover only zeroed memory no call holds.
+	// Registrations made ahead and not taken stay: they have no remote
+	// access (TakeReady adds it), and cover only zeroed memory no call
+	// holds.
 	for _, list := range regs {
 		for i, g := range list {
 			if g == nil || g.r != r || !g.inUse {
@@ -240,6 +267,9 @@ func (r *Registry) destroyWindowLocked(w *window) {
 	r.slots[w.slot] = nil
 	r.deadSlots++
 	r.c.WindowsReplaced++
+	if r.retire && !r.winWaiters.waitingLocked() {
+		return // Register allocates it when it needs it (RetireWindows)
+	}
 	if nw, _ := r.replaceOneLocked(); nw != nil {
 		r.putWindowLocked(nw)
 	}

@@ -3,6 +3,7 @@ package frwr
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/nfsrdma/nfsrdma/rpcrdma"
 	"github.com/nfsrdma/nfsrdma/verbs"
@@ -26,11 +27,18 @@ import (
 // again by Refill, which the transport runs while its caller waits for a
 // reply (time the caller would spend asleep).
 //
-// A registration made ahead is never advertised before TakeReady: until a
-// call names its rkey in a chunk, the peer can reach only zeroed memory
-// that no call holds, through a key it was never told. So they outlive a
-// lost connection (ConnectionLost deregisters only what calls took);
-// Detach and Close deregister every one that was not taken.
+// A registration made ahead has no remote access until TakeReady hands it
+// to a call: Refill registers it for local access only, and TakeReady adds
+// the one remote right the direction needs in place (ibv_rereg_mr with
+// IBV_REREG_MR_CHANGE_ACCESS, verbs.AccessChanger) just before the call
+// advertises it. No peer can reach it while it waits, whatever key it
+// guesses, and it is never reachable by a peer before a call to that
+// peer's server takes it (a registry is one transport's, on its own PD).
+// So they outlive a lost connection (ConnectionLost deregisters only what
+// calls took); Detach and Close deregister every one that was not taken.
+// On a device that cannot change an MR's access the registry stops making
+// registrations ahead at the first failure (Counters.ReadyUnsupported):
+// segments are then registered at use.
 
 // ReadyKeys is the most (size, direction) pairs the registry stocks at
 // once. The least recently used one gives way to a new one if it was not
@@ -75,10 +83,59 @@ func (r *Registry) TakeReady(n int, dir Direction) (b *Buffer, g *Registration, 
 		return nil, nil, false
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed || r.pd == nil {
+	if r.closed || r.pd == nil || r.readyOff {
+		r.mu.Unlock()
 		return nil, nil, false
 	}
+	b, g, ok = r.takeReadyLocked(n, dir)
+	r.mu.Unlock()
+	if !ok {
+		return nil, nil, false
+	}
+	// The remote right, now that a call is about to advertise it. The
+	// registration is the caller's already (active, its buffer out): a
+	// failure releases it as any other.
+	err := grantRemote(g.mr, accessFor(dir))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		g.seg = rpcrdma.Segment{Handle: g.mr.RKey(), Length: uint32(len(b.mem)), Offset: g.mr.Addr()}
+		r.c.ReadyGrants++
+		return b, g, true
+	}
+	r.c.ReadyFailures++
+	if !r.readyOff {
+		// The device cannot (EOPNOTSUPP), or not reliably: register at
+		// use from now on.
+		r.readyOff = true
+		r.c.ReadyUnsupported = true
+		r.unstockAllLocked()
+	}
+	// Give the registration and its buffer back, as Abort and PutBuffer
+	// would.
+	if rerr := r.releaseLocked(g); rerr == nil {
+		b.state = bufOut
+		if b.exposed == 0 {
+			r.putBufferLocked(b)
+		} else {
+			b.state = bufPutPending
+		}
+	}
+	return nil, nil, false
+}
+
+// grantRemote adds access to a registration made ahead, in place.
+func grantRemote(mr verbs.MR, access verbs.Access) error {
+	ac, ok := mr.(verbs.AccessChanger)
+	if !ok {
+		return fmt.Errorf("frwr: changing an MR's access: %w", syscall.EOPNOTSUPP)
+	}
+	return ac.ChangeAccess(access)
+}
+
+// takeReadyLocked is TakeReady's bookkeeping: it takes a registration made
+// ahead of the stock of (n, dir), not yet with remote access.
+func (r *Registry) takeReadyLocked(n int, dir Direction) (b *Buffer, g *Registration, ok bool) {
 	r.readyTick++
 	k := readyKey{n, dir}
 	s := r.stocks[k]
@@ -123,7 +180,7 @@ func (r *Registry) Refill() bool {
 		return false
 	}
 	r.mu.Lock()
-	if r.closed || r.pd == nil {
+	if r.closed || r.pd == nil || r.readyOff {
 		r.mu.Unlock()
 		return false
 	}
@@ -157,7 +214,8 @@ func (r *Registry) Refill() bool {
 	}
 	var mr verbs.MR
 	if err == nil {
-		mr, err = pd.RegMR(b.mem, accessFor(s.key.dir))
+		// Local access only: TakeReady adds the remote right.
+		mr, err = pd.RegMR(b.mem, localAccessFor(s.key.dir))
 	}
 
 	r.mu.Lock()
@@ -171,8 +229,8 @@ func (r *Registry) Refill() bool {
 		}
 		return false
 	}
-	if r.closed || r.pd != pd || s.gone {
-		// Closed, detached or evicted meanwhile: never stock it.
+	if r.closed || r.pd != pd || s.gone || r.readyOff {
+		// Closed, detached, evicted or refused meanwhile: never stock it.
 		if cerr := mr.Close(); cerr != nil {
 			r.c.ReadyFailures++
 			return false // still registered: keep the memory mapped
@@ -189,7 +247,7 @@ func (r *Registry) Refill() bool {
 	}
 	g.buf, g.dir, g.inUse, g.state, g.activeIdx = b, s.key.dir, true, StateFree, -1
 	g.mr = mr
-	g.seg = rpcrdma.Segment{Handle: mr.RKey(), Length: uint32(len(b.mem)), Offset: mr.Addr()}
+	g.seg = rpcrdma.Segment{Length: uint32(len(b.mem)), Offset: mr.Addr()} // no rkey: no remote access yet
 	b.state = bufReady
 	r.setStateLocked(g, StateRegistered)
 	s.ready = append(s.ready, g)
@@ -221,6 +279,15 @@ func accessFor(dir Direction) verbs.Access {
 		return verbs.AccessRemoteRead
 	}
 	return verbs.AccessRemoteWrite | verbs.AccessLocalWrite // ibv_reg_mr requires LOCAL_WRITE with REMOTE_WRITE
+}
+
+// localAccessFor is the access of a registration made ahead for dir
+// before TakeReady: none remote.
+func localAccessFor(dir Direction) verbs.Access {
+	if dir == ToPeer {
+		return 0
+	}
+	return verbs.AccessLocalWrite
 }
 
 // mapReady maps the memory of one more buffer of s's size, within

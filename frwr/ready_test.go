@@ -8,6 +8,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/verbs/sim"
 )
 
 // prime asks for a size 1+k times (all misses: it must not be stocked
@@ -401,5 +402,80 @@ func TestRegisterAheadFollowsDemand(t *testing.T) {
 	g.r.PutBuffer(b)
 	if c := g.r.Counters(); c.ReadyStocked != 1 || c.ReadyMade != 2 {
 		t.Fatalf("counters %+v", c)
+	}
+}
+
+// TestReadyNoRemoteAccessUntilTaken: a registration made ahead grants no
+// remote access while it waits — a peer that knows its address and
+// guesses its key exactly (its lkey, which becomes its rkey) reaches
+// nothing — and gets the one remote right its direction needs only when a
+// call takes it to advertise it.
+func TestReadyNoRemoteAccessUntilTaken(t *testing.T) {
+	for _, dir := range []frwr.Direction{frwr.ToPeer, frwr.FromPeer} {
+		t.Run(dir.String(), func(t *testing.T) {
+			g := newRig(t, frwr.Config{Mode: frwr.ModeRegister, Ready: 2})
+			prime(t, g.r, 4096, dir, 2)
+			mrs := frwr.ReadyMRs(g.r)
+			if len(mrs) != 2 {
+				t.Fatalf("%d made ahead, want 2", len(mrs))
+			}
+			for _, mr := range mrs {
+				if mr.RKey() != 0 || mr.Access()&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+					t.Fatalf("made ahead with access %v, rkey %#x", mr.Access(), mr.RKey())
+				}
+				for _, op := range []verbs.Opcode{verbs.OpRDMAWrite, verbs.OpRDMARead} {
+					if st := g.serverRDMA(op, mr.Addr(), mr.LKey(), 64); st == verbs.StatusSuccess {
+						t.Fatalf("a peer reached a registration made ahead (%v with its key %#x) before any call took it", op, mr.LKey())
+					}
+					g.connect() // the failed access broke the pair
+				}
+			}
+			b, reg := takeReady(t, g.r, 4096, dir)
+			seg := reg.Segment()
+			if seg.Handle == 0 {
+				t.Fatal("a registration taken has no rkey")
+			}
+			g.call(reg)
+			op, other := verbs.OpRDMARead, verbs.OpRDMAWrite
+			if dir == frwr.FromPeer {
+				op, other = other, op
+			}
+			if st := g.serverRDMA(op, seg.Offset, seg.Handle, 64); st != verbs.StatusSuccess {
+				t.Fatalf("%v of the taken registration: %v", op, st)
+			}
+			if st := g.serverRDMA(other, seg.Offset, seg.Handle, 64); st == verbs.StatusSuccess {
+				t.Fatalf("%v of a %v registration succeeded", other, dir)
+			}
+			g.connect()
+			if err := g.r.Release([]*frwr.Registration{reg}); err != nil {
+				t.Fatal(err)
+			}
+			g.r.PutBuffer(b)
+			if c := g.r.Counters(); c.ReadyGrants != 1 || c.ReadyUnsupported {
+				t.Fatalf("counters %+v", c)
+			}
+		})
+	}
+}
+
+// TestReadyWithoutRereg: on a device that cannot change an MR's access,
+// the registry stops making registrations ahead at the first refusal and
+// the call registers at use (TakeReady misses); nothing made ahead is
+// left with or without rights.
+func TestReadyWithoutRereg(t *testing.T) {
+	g := newRig(t, frwr.Config{Mode: frwr.ModeRegister, Ready: 2}, sim.WithoutRereg())
+	prime(t, g.r, 4096, frwr.FromPeer, 2)
+	if _, _, ok := g.r.TakeReady(4096, frwr.FromPeer); ok {
+		t.Fatal("TakeReady handed out a registration it could not grant remote access")
+	}
+	c := g.r.Counters()
+	if !c.ReadyUnsupported || c.ReadyStocked != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+	if g.r.Refill() {
+		t.Fatal("Refill after the device refused")
+	}
+	if live := g.f.Live(); live.MRs != g.base.MRs+2 {
+		t.Fatalf("live MRs %d, want only the 2 buffers'", live.MRs)
 	}
 }

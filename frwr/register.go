@@ -303,15 +303,30 @@ func (r *Registry) takeWindowLocked(ctx context.Context) (*window, error) {
 }
 
 // putWindowLocked makes w Free and hands it to the first waiter or puts it
-// in the pool.
+// in the pool. With RetireWindows no window sits Free: one nobody waits
+// for is deallocated, its slot left for Register to fill.
 func (r *Registry) putWindowLocked(w *window) {
 	w.state, w.reg = StateFree, nil
 	if r.closed {
 		return
 	}
-	if !r.winWaiters.handLocked(w) {
-		r.freeWins = append(r.freeWins, w)
+	if r.winWaiters.handLocked(w) {
+		return
 	}
+	if r.retire {
+		idx := w.mw.RKey() >> 8
+		if r.byIndex[idx] == w {
+			delete(r.byIndex, idx)
+		}
+		if err := w.mw.Close(); err != nil {
+			r.c.WindowCloseErrors++
+		}
+		w.state = StateDead
+		r.slots[w.slot] = nil
+		r.deadSlots++
+		return
+	}
+	r.freeWins = append(r.freeWins, w)
 }
 
 // keyByteLocked returns an unpredictable key byte for w's next bind,

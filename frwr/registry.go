@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -80,13 +81,23 @@ type Config struct {
 	Windows int
 	// Rand supplies the key bytes of new rkeys; nil means crypto/rand.
 	Rand io.Reader
-	// RetireWindows replaces every window by a new one as soon as it is
-	// invalid (locally or remotely), instead of returning it to the pool
-	// Free under the rkey the peer has seen: for a device on which a Send
-	// With Invalidate naming a Free window's rkey crashes the driver
-	// (verbs.DeviceAttr.StaleInvalidatePanics). It costs a window
-	// allocation and deallocation per exposed segment.
+	// RetireWindows keeps no window Free: a window is allocated when
+	// Register needs one and deallocated as soon as it is invalid (locally
+	// or remotely), instead of sitting in the pool under an rkey the peer
+	// has seen or can guess (an index and an 8-bit key): for a device on
+	// which a Send With Invalidate naming an allocated window that is not
+	// bound crashes the driver (verbs.DeviceAttr.StaleInvalidatePanics).
+	// It costs a window allocation and deallocation per exposed segment.
 	RetireWindows bool
+	// UnsafeWindows lets Mode ModeWindows be forced on a device whose
+	// windows a hostile peer can abuse (verbs.DeviceAttr.WindowsUnbounded:
+	// a window's rkey reaches its whole buffer, past the segment;
+	// StaleInvalidatePanics: a second Send With Invalidate of a window's
+	// rkey crashes the host's kernel before any software can react). New
+	// and Attach refuse ModeWindows on such a device with ErrUnsafeWindows
+	// unless it is set. It is for testing the window code on such a
+	// device (rxe) against a server you control, never for production.
+	UnsafeWindows bool
 	// Ready is, in register mode, how many registrations of each recently
 	// used small segment size (per direction) the registry keeps made
 	// ahead, over memory of their own (ready.go): TakeReady hands one out,
@@ -160,6 +171,13 @@ type Counters struct {
 	ReadyDropped  uint64 // deregistered without being taken (Detach, ConnectionLost, Close, a size giving way)
 	ReadyFailures uint64 // Refill calls that could not make one (mapping or registration failed, memory cap)
 	ReadyStocked  int    // made and not taken now (a gauge)
+	// ReadyGrants counts remote rights added by TakeReady to a
+	// registration made ahead (made local-only, ibv_rereg_mr at use).
+	ReadyGrants uint64
+	// ReadyUnsupported: the device refused to change an MR's access, so
+	// the registry makes no registrations ahead (segments are registered
+	// at use).
+	ReadyUnsupported bool
 
 	FreeBuffers int // buffers in the pool now
 	FreeWindows int // windows Free in the pool now
@@ -169,9 +187,10 @@ type Counters struct {
 // and the state of every registration. It is safe for concurrent use:
 // Register from many goroutines, the reply-handler calls from one.
 type Registry struct {
-	mode   Mode
-	size   int
-	retire bool // Config.RetireWindows, in windows mode
+	mode          Mode
+	size          int
+	retire        bool // Config.RetireWindows, in windows mode
+	unsafeWindows bool // Config.UnsafeWindows
 
 	syncs atomic.Uint64
 
@@ -204,6 +223,7 @@ type Registry struct {
 	stocks                    map[readyKey]*readyStock
 	readyTick                 uint64
 	readyBytes                int
+	readyOff                  bool      // the device cannot add remote access in place: none made ahead
 	fills                     int       // Refills between taking the PD and putting their registration
 	fillDone                  sync.Cond // on mu: signalled when fills drops to zero (Close and Detach wait for it)
 
@@ -234,17 +254,22 @@ func New(cfg Config) (*Registry, error) {
 		// RPC's leftovers) would be exposed. Per-segment MRs are checked
 		// exactly there.
 		mode = ModeRegister
-		if cfg.Attr.Has(verbs.CapMemWindow2) && !cfg.Attr.WindowsUnbounded {
+		if cfg.Attr.Has(verbs.CapMemWindow2) && !cfg.Attr.WindowsUnbounded && !cfg.Attr.StaleInvalidatePanics {
 			mode = ModeWindows
 		}
-	case ModeWindows, ModeRegister:
+	case ModeWindows:
+		if err := windowsSafe(cfg.Attr); err != nil && !cfg.UnsafeWindows {
+			return nil, err
+		}
+	case ModeRegister:
 	default:
 		return nil, fmt.Errorf("frwr: unknown %v", mode)
 	}
 	if mode == ModeWindows && cfg.Windows <= 0 {
 		return nil, fmt.Errorf("frwr: Config.Windows %d must be positive in windows mode", cfg.Windows)
 	}
-	r := &Registry{pd: cfg.PD, mode: mode, size: cfg.BufferSize, rnd: cfg.Rand, retire: cfg.RetireWindows && mode == ModeWindows}
+	r := &Registry{pd: cfg.PD, mode: mode, size: cfg.BufferSize, rnd: cfg.Rand, retire: cfg.RetireWindows && mode == ModeWindows,
+		unsafeWindows: cfg.UnsafeWindows}
 	if r.rnd == nil {
 		r.rnd = rand.Reader
 	}
@@ -275,7 +300,12 @@ func New(cfg Config) (*Registry, error) {
 		r.buffers = append(r.buffers, b)
 		r.freeBufs = append(r.freeBufs, b)
 	}
-	if mode == ModeWindows {
+	if mode == ModeWindows && r.retire {
+		// No window before Register needs it (RetireWindows).
+		r.byIndex = make(map[uint32]*window, cfg.Windows)
+		r.slots = make([]*window, cfg.Windows)
+		r.deadSlots = cfg.Windows
+	} else if mode == ModeWindows {
 		r.byIndex = make(map[uint32]*window, cfg.Windows)
 		for i := range cfg.Windows {
 			mw, err := cfg.PD.AllocMW()
@@ -289,6 +319,24 @@ func New(cfg Config) (*Registry, error) {
 		}
 	}
 	return r, nil
+}
+
+// windowsSafe reports why memory windows on a device with attr would let
+// a hostile peer reach past a segment or crash the host (nil: they would
+// not).
+func windowsSafe(attr verbs.DeviceAttr) error {
+	var why []string
+	if attr.WindowsUnbounded {
+		why = append(why, "a window's rkey reaches its whole buffer, past the segment")
+	}
+	if attr.StaleInvalidatePanics {
+		why = append(why, "a peer's Send With Invalidate of an invalid window crashes the kernel")
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: device %s (driver %s): %s; use ModeAuto or ModeRegister (per-segment MRs), or Config.UnsafeWindows for tests against a server you control",
+		ErrUnsafeWindows, attr.Name, attr.Driver, strings.Join(why, "; "))
 }
 
 // Mode returns the resolved mode: ModeWindows or ModeRegister.

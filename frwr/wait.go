@@ -16,6 +16,9 @@ func (q *waitQueue[T]) addLocked() chan T {
 	return ch
 }
 
+// waitingLocked reports whether anybody waits.
+func (q *waitQueue[T]) waitingLocked() bool { return len(q.waiters) > 0 }
+
 // handLocked gives x to the first waiter; false if nobody waits.
 func (q *waitQueue[T]) handLocked(x T) bool {
 	if len(q.waiters) == 0 {

@@ -22,9 +22,10 @@ import (
 // A misbehaving server on the real device: the in-process server over
 // verbs/ibv on rxe, each of its misbehaviours against the real client
 // transport, with the registration rxe gets by default (per-segment MRs:
-// its windows reach their whole MR) and with memory windows forced (then
-// retired after each use: a Send With Invalidate naming a window already
-// invalid panics this rxe). The client fails the one call cleanly or goes
+// its windows reach their whole MR) and with memory windows forced through
+// xprt.Config.UnsafeWindows (then allocated per segment and retired after
+// each use: a Send With Invalidate naming a window already invalid panics
+// this rxe). The client fails the one call cleanly or goes
 // on, no late access lands in its memory, a stale Send With Invalidate
 // does not bring the guest down, and with the default registration no
 // access outside a segment lands.
@@ -48,7 +49,8 @@ func misbehavingServer(t *testing.T, mode frwr.Mode) {
 	}
 	defer srv.Close()
 	ctx := ctxT(t, 5*time.Minute)
-	tr, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: srv.Addr(), MaxIO: 256 << 10, IOBuffers: 16, Timeout: 3 * time.Second, Registration: mode})
+	tr, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: srv.Addr(), MaxIO: 256 << 10, MaxSegment: 64 << 10, IOBuffers: 16, Timeout: 3 * time.Second, Registration: mode,
+		UnsafeWindows: mode == frwr.ModeWindows})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +93,12 @@ func misbehavingServer(t *testing.T, mode frwr.Mode) {
 		// A foreign invalidation resets the connection; the call is sent
 		// again and succeeds.
 		{"stale-invalidate", xprttest.Misbehavior{StaleInvalidate: true}, nil},
+		// A Send With Invalidate with an unknown xid naming the second
+		// window of the READ (two segments), right before its reply: the
+		// client records that window invalid and never invalidates it
+		// again (a second invalidation panics rxe); it resets and sends
+		// the READ again.
+		{"foreign-invalidate", xprttest.Misbehavior{UnknownXID: true, ThenReply: true, InvalidateUnknownXID: true}, nil},
 		{"out-of-bounds-write", xprttest.Misbehavior{OutOfBounds: 64}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +149,11 @@ func misbehavingServer(t *testing.T, mode frwr.Mode) {
 				}
 				if !bytes.Equal(buf, sunrpctest.Pattern(xid, len(buf))) {
 					t.Fatal("the returned data is wrong")
+				}
+			}
+			if tc.m.InvalidateUnknownXID {
+				if st := srv.Stats(); st.ForeignInvalidates == before.ForeignInvalidates {
+					t.Fatalf("no foreign Send With Invalidate was sent: %+v", st)
 				}
 			}
 			if tc.m.StaleInvalidate {

@@ -4,12 +4,14 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/verbs/ibv"
 	"github.com/nfsrdma/nfsrdma/xprt"
 )
 
@@ -24,7 +26,7 @@ func TestXprtRegistrationModesRXE(t *testing.T) {
 	}{{"windows", frwr.ModeWindows, 0}, {"register", frwr.ModeRegister, 0}, {"register-not-ahead", frwr.ModeRegister, -1}} {
 		m := tc.m
 		t.Run(tc.name, func(t *testing.T) {
-			n := dialRDMA(t, xprt.Config{Registration: m, RegisterAhead: tc.ahead})
+			n := dialRDMA(t, xprt.Config{Registration: m, RegisterAhead: tc.ahead, UnsafeWindows: m == frwr.ModeWindows})
 			ctx := ctxT(t, 120*time.Second)
 			lr, err := n.c.Lookup(ctx, n.root, "modes-8MiB")
 			if err != nil {
@@ -80,6 +82,14 @@ func TestXprtRegistrationModesRXE(t *testing.T) {
 			}
 			c := n.tr.Counters()
 			switch {
+			case m == frwr.ModeRegister && tc.ahead == 0 && c.RegisterAheadRefused != 0:
+				// rxe on Linux 6.1 cannot add remote access to an MR in
+				// place: nothing is made ahead, every segment is
+				// registered at use.
+				if c.ReadyRegistrations != 0 || c.RegisteredAhead != 0 {
+					t.Errorf("registrations made ahead used (%d) or left (%d) on a device that refused them", c.ReadyRegistrations, c.RegisteredAhead)
+				}
+				t.Logf("the device cannot change an MR's access: registering at use")
 			case m == frwr.ModeRegister && tc.ahead == 0 && c.ReadyRegistrations < nSmall+2*nw-6:
 				t.Errorf("register mode: %d calls used a registration made ahead, want nearly all %d small ones", c.ReadyRegistrations, nSmall+2*nw)
 			case (m != frwr.ModeRegister || tc.ahead < 0) && c.ReadyRegistrations != 0:
@@ -89,4 +99,24 @@ func TestXprtRegistrationModesRXE(t *testing.T) {
 				d4, dr, float64(1<<20)/dr.Seconds()/(1<<20), dw, float64(1<<20)/dw.Seconds()/(1<<20), c)
 		})
 	}
+}
+
+// TestXprtForcedWindowsRefusedRXE: forcing memory windows on rxe (whose
+// windows reach their whole MR, and where a peer's stale Send With
+// Invalidate panics the kernel) fails with frwr.ErrUnsafeWindows unless
+// the option that says it is unsafe is set.
+func TestXprtForcedWindowsRefusedRXE(t *testing.T) {
+	fab, err := ibv.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := xprt.Dial(ctxT(t, 30*time.Second), xprt.Config{Fabric: fab, Addr: nfsRDMA, Registration: frwr.ModeWindows})
+	if err == nil {
+		tr.Close()
+		t.Fatal("windows forced on rxe without UnsafeWindows: Dial succeeded")
+	}
+	if !errors.Is(err, frwr.ErrUnsafeWindows) {
+		t.Fatalf("Dial: %v, want frwr.ErrUnsafeWindows", err)
+	}
+	t.Logf("refused: %v", err)
 }

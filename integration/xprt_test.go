@@ -115,10 +115,11 @@ func TestXprtNullAndGetattr(t *testing.T) {
 	}
 }
 
-// (Memory windows are forced where a test is about them: on rxe the
-// transport registers per segment by default.)
+// (Memory windows are forced where a test is about them, with the option
+// that says it is unsafe: on rxe the transport registers per segment by
+// default, and refuses windows otherwise.)
 func TestXprtReadWriteChunk1MiB(t *testing.T) {
-	n := dialRDMA(t, xprt.Config{Registration: frwr.ModeWindows})
+	n := dialRDMA(t, xprt.Config{Registration: frwr.ModeWindows, UnsafeWindows: true})
 	ctx := ctxT(t, 60*time.Second)
 	data := serverFile(t, "read-1MiB", 1<<20)
 	lr, err := n.c.Lookup(ctx, n.root, "read-1MiB")
@@ -308,7 +309,7 @@ func TestXprtConcurrentCredits(t *testing.T) {
 // remotely and the client invalidates locally; a small send queue makes
 // concurrent calls wait for room.
 func TestXprtLocalInvalidationAndCongestion(t *testing.T) {
-	n := dialRDMA(t, xprt.Config{MaxSegment: 256 << 10, SendQueue: 40, Registration: frwr.ModeWindows})
+	n := dialRDMA(t, xprt.Config{MaxSegment: 256 << 10, SendQueue: 40, Registration: frwr.ModeWindows, UnsafeWindows: true})
 	ctx := ctxT(t, 180*time.Second)
 	data := serverFile(t, "multi", 1<<20)
 	lr, err := n.c.Lookup(ctx, n.root, "multi")

@@ -140,6 +140,17 @@ type MR interface {
 	Close() error
 }
 
+// AccessChanger is an MR whose access can be changed in place
+// (ibv_rereg_mr with IBV_REREG_MR_CHANGE_ACCESS): the same memory stays
+// registered and only its rights change. After a successful
+// ChangeAccess, RKey (and LKey) may differ: read them again. A device
+// that cannot do it returns an error wrapping syscall.EOPNOTSUPP, and the
+// MR is unchanged.
+type AccessChanger interface {
+	MR
+	ChangeAccess(access Access) error
+}
+
 // MW is a type-2 memory window.
 type MW interface {
 	// RKey is the window's current rkey: the one given in the last posted

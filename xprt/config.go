@@ -36,19 +36,33 @@ type Config struct {
 	// queue exercises the congestion gate.
 	SendQueue int
 	// Registration chooses memory windows or per-I/O registration
-	// (default: windows when the device has type-2 windows that confine
-	// the peer to their range; per-I/O registration on a device whose
-	// windows reach their whole MR, as rxe's do). Windows on a device
-	// where a stale Send With Invalidate crashes the driver are replaced
-	// after each use (frwr.Config.RetireWindows).
+	// (default: windows when the device has type-2 windows that are safe
+	// against a hostile server; per-I/O registration, each segment its own
+	// MR, on a device whose windows reach their whole MR or where a
+	// stale Send With Invalidate crashes the kernel, as on rxe). Forcing
+	// windows (frwr.ModeWindows) on such a device is refused: Dial fails
+	// with frwr.ErrUnsafeWindows, unless UnsafeWindows is set.
 	Registration frwr.Mode
+	// UnsafeWindows allows Registration frwr.ModeWindows on a device
+	// whose windows a hostile server can abuse: on rxe a server can then
+	// reach bytes of the I/O buffer outside the segments it was given,
+	// and crash the client's kernel with a Send With Invalidate. For tests
+	// of the window code against a server you control; never in
+	// production. Windows are then allocated per segment and deallocated
+	// as soon as they are invalid (frwr.Config.RetireWindows), so none
+	// sits unbound under a key a server could guess.
+	UnsafeWindows bool
 	// RegisterAhead is, with per-I/O registration, how many registrations
 	// of each recently used small segment size (up to 64 KiB, per
 	// direction) are made ahead, over memory of their own, so that a small
 	// READ or WRITE does not wait for ibv_reg_mr: a caller waiting for its
 	// reply makes the next one (frwr.Registry.TakeReady, Refill). The
 	// deregistration after the reply stays on the call's path (it is the
-	// invalidation). Default 8; negative makes none.
+	// invalidation). They are made without remote access, which is added
+	// in place (ibv_rereg_mr) when a call takes one, so that no server can
+	// reach one before it is advertised; on a device that cannot do that
+	// (rxe on Linux 6.1) none are made and segments are registered at use
+	// (Counters.RegisterAheadRefused). Default 8; negative makes none.
 	RegisterAhead int
 	// Timeout is how long a sent call may wait for its reply before the
 	// connection is reset and the call retransmitted on a new one

@@ -40,7 +40,8 @@ type Counters struct {
 	WindowsReplaced      uint64 `counter:"windows_replaced"`      // windows destroyed after an error (state unknown)
 	Registrations        uint64 `counter:"registrations"`         // per-I/O registrations (fallback mode)
 	ReadyRegistrations   uint64 `counter:"ready_registrations"`   // segments exposed through a registration made ahead (fallback mode, Config.RegisterAhead)
-	RegisteredAhead      uint64 `counter:"registered_ahead"`      // registrations made ahead and not yet taken, each an MR (a gauge)
+	RegisteredAhead      uint64 `counter:"registered_ahead"`      // registrations made ahead and not yet taken, each an MR without remote access (a gauge)
+	RegisterAheadRefused uint64 `counter:"ahead_refused"`         // 1 when the device cannot add remote access to an MR in place (ibv_rereg_mr): segments are registered at use
 	ZeroCopyReads        uint64 `counter:"zero_copy_reads"`       // READ results placed straight into a borrowed buffer
 	ZeroCopyWrites       uint64 `counter:"zero_copy_writes"`      // WRITE data read by the server straight from a borrowed buffer
 	BusyPolls            uint64 `counter:"busy_polls"`            // spins on the receive CQ (Config.BusyPoll)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma/frwr"
 	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
@@ -224,7 +225,7 @@ func TestStaleInvalidateSurvived(t *testing.T) {
 	attr := sim.DefaultDeviceAttr("sim0")
 	attr.StaleInvalidatePanics = true
 	h := sunrpctest.NewHandler()
-	tr, srv, _ := simTarget(t, h, Config{Timeout: 5 * time.Second}, xprttest.Config{
+	tr, srv, _ := simTarget(t, h, Config{Timeout: 5 * time.Second, Registration: frwr.ModeWindows, UnsafeWindows: true}, xprttest.Config{
 		Misbehave: xprttest.Misbehavior{OnCall: 3, StaleInvalidate: true}}, sim.WithDevice(attr))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

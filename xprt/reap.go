@@ -99,16 +99,20 @@ func (c *conn) handleBatch(s *reapScratch, wcs []verbs.Completion) {
 		}
 	}
 	c.mu.Unlock()
-	// 4–7.
-	for _, r := range s.batch {
-		if err := c.settle(r); err != nil && lost == nil {
-			lost = err
-		}
-	}
-	clear(s.batch) // no call stays reachable from the scratch
+	// A batch that loses the connection breaks it before settling its
+	// replies: none of them then posts a LOCAL_INV or completes while a
+	// window of its call is still valid (the teardown, which waits for
+	// this reaper, settles those).
 	if lost != nil {
 		t.connLost(c, lost)
 	}
+	// 4–7.
+	for _, r := range s.batch {
+		if err := c.settle(r); err != nil {
+			t.connLost(c, err)
+		}
+	}
+	clear(s.batch) // no call stays reachable from the scratch
 }
 
 // recvLoop is the reply loop: the fallback reaper (see above).

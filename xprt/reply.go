@@ -20,7 +20,8 @@ import (
 //  4. credits: the grant clamped to [1, slots], each replied call's credit
 //     released and handed to waiting calls in FIFO order;
 //  5. remote invalidation: the server's Send With Invalidate must name one
-//     of the call's own windows;
+//     of the call's own windows (it is recorded in step 2, whatever the
+//     reply's xid: the device has invalidated that rkey either way);
 //  6. local invalidation: LOCAL_INV for the rest (replied → invalidating),
 //     finished by the completion of the chain's last WR in sendLoop;
 //  7. finish: registrations released, buffers synced, the reply rebuilt and
@@ -31,6 +32,9 @@ type received struct {
 	cl    *call
 	flags verbs.WCFlags
 	rkey  uint32
+	// ownInv: the Send With Invalidate named one of cl's own windows
+	// (recorded as invalid in step 2).
+	ownInv bool
 }
 
 // awaitingReplies reports whether calls on c wait for their replies.
@@ -75,13 +79,20 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	if cl != nil && (cl.conn != c || (cl.state != stPosted && cl.state != stAbandoned)) {
 		cl = nil
 	}
+	if remoteInv && (cl == nil || (derr != nil && hdr.Proc != rpcrdma.ProcError)) {
+		// The device invalidated the rkey whatever the message says. If
+		// it names one of our windows (another call's, or one of a call
+		// whose reply we cannot read), that window is recorded invalid
+		// now, before any reply of this batch is settled: its LOCAL_INV
+		// would be a second invalidation (a kernel panic on rxe). The
+		// connection is reset below: a peer that does this is broken.
+		t.reg.MatchRemoteInvalidation(nil, wc)
+	}
 	if derr != nil && (cl == nil || hdr.Proc != rpcrdma.ProcError) {
 		t.mu.Unlock()
 		t.ctr.malformed.Add(1)
 		t.log.Warn("malformed transport header", "err", derr, "len", len(data))
 		if remoteInv {
-			// The server invalidated an rkey and we cannot tell whose:
-			// that window's state is unknown.
 			return received{}, fmt.Errorf("xprt: malformed reply invalidated rkey %#x", wc.InvalidatedRKey)
 		}
 		// A reply we cannot read leaves the call's windows in place: the
@@ -93,8 +104,8 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 		t.ctr.badXIDs.Add(1)
 		t.log.Warn("reply matches no outstanding call", "xid", fmt.Sprintf("%#08x", hdr.XID))
 		if remoteInv {
-			// A Send With Invalidate naming one of our windows would
-			// leave that window's state unknown: reset the connection.
+			// Recorded above; the window's call is sent again on a new
+			// connection.
 			return received{}, fmt.Errorf("xprt: reply with unknown xid %#08x invalidated rkey %#x", hdr.XID, wc.InvalidatedRKey)
 		}
 		return received{}, nil
@@ -102,6 +113,9 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	if cl.state == stPosted {
 		cl.to(stReplied)
 	}
+	// 5, recorded now: the window the server invalidated is invalid from
+	// here on, whether or not it is the call's own.
+	ownInv := remoteInv && t.reg.MatchRemoteInvalidation(cl.regs, wc)
 	// The grant sizes the receive queue now, so that step 3 reposts
 	// enough for it before step 4 lets more calls go (rule 7).
 	c.mu.Lock()
@@ -132,7 +146,7 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 		}
 	}
 	t.mu.Unlock()
-	return received{cl: cl, flags: wc.Flags, rkey: wc.InvalidatedRKey}, nil
+	return received{cl: cl, flags: wc.Flags, rkey: wc.InvalidatedRKey, ownInv: ownInv}, nil
 }
 
 // completionError is rule 6's test of a work completion: any status but
@@ -167,10 +181,10 @@ func (c *conn) settle(r received) error {
 	}
 	c.mu.Unlock()
 
-	// 5. remote invalidation: at most one rkey, and it must be one of
-	// this call's windows.
+	// 5. remote invalidation (recorded in receive): at most one rkey, and
+	// it must be one of this call's windows.
 	reg := t.reg
-	if r.flags&verbs.WCWithInv != 0 && !reg.MatchRemoteInvalidation(cl.regs, verbs.Completion{Flags: r.flags, InvalidatedRKey: r.rkey}) {
+	if r.flags&verbs.WCWithInv != 0 && !r.ownInv {
 		t.ctr.foreignInvalidations.Add(1)
 		return fmt.Errorf("xprt: reply to xid %#08x invalidated rkey %#x, which is not one of its windows", cl.req.XID, r.rkey)
 	}
@@ -184,19 +198,21 @@ func (c *conn) settle(r received) error {
 		return nil
 	}
 	c.mu.Lock()
+	if c.broken && reg.ValidWindows(cl.regs) > 0 {
+		// The connection is being reset (perhaps by this very batch):
+		// no LOCAL_INV goes on it, and no reply whose windows are still
+		// valid completes. The teardown settles the call: it destroys
+		// those windows once the QP is drained, and sends the call
+		// again.
+		c.mu.Unlock()
+		t.mu.Unlock()
+		return nil
+	}
 	inv := reg.AppendLocalInvalidations(cl.regs, c.wrs[:0])
 	if len(inv) == 0 {
 		c.mu.Unlock()
 		t.mu.Unlock()
 		t.finishReply(cl)
-		return nil
-	}
-	if c.broken {
-		// The teardown settles the call. The windows' LOCAL_INVs were
-		// not posted: AppendLocalInvalidations marked them posted, and
-		// ConnectionLost destroys windows in that state.
-		c.mu.Unlock()
-		t.mu.Unlock()
 		return nil
 	}
 	cl.to(stInvalidating)

@@ -174,7 +174,8 @@ func (t *Transport) ensureRegistry(dev verbs.Device) error {
 	wins := 4 * t.cfg.IOBuffers
 	attr := dev.Attr()
 	reg, err = frwr.New(frwr.Config{PD: pd, Attr: attr, Mode: t.cfg.Registration, BufferSize: t.bufSize(),
-		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics, Ready: max(t.cfg.RegisterAhead, 0)})
+		Buffers: t.cfg.IOBuffers, Windows: wins, RetireWindows: attr.StaleInvalidatePanics, UnsafeWindows: t.cfg.UnsafeWindows,
+		Ready: max(t.cfg.RegisterAhead, 0)})
 	if err != nil {
 		pd.Close()
 		return err
@@ -259,6 +260,9 @@ func (t *Transport) Counters() Counters {
 		c.Binds, c.LocalInvalidations, c.RemoteInvalidations = rc.Binds, rc.LocalInvalidations, rc.RemoteInvalidations
 		c.WindowsReplaced, c.Registrations, c.WindowsRetired = rc.WindowsReplaced, rc.Registrations, rc.WindowsRetired
 		c.RegisteredAhead = uint64(rc.ReadyStocked)
+		if rc.ReadyUnsupported {
+			c.RegisterAheadRefused = 1
+		}
 	}
 	return c
 }

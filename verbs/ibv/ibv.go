@@ -313,6 +313,26 @@ func (m *memRegion) Close() error {
 	return nil
 }
 
+// ChangeAccess is ibv_rereg_mr(IBV_REREG_MR_CHANGE_ACCESS): the MR keeps
+// its memory and PD, with new rights (verbs.AccessChanger).
+func (m *memRegion) ChangeAccess(access verbs.Access) error {
+	if m.closed.Load() {
+		return verbs.ErrClosed
+	}
+	// It returns 0, or one of the negative IBV_REREG_MR_ERR_* codes with
+	// errno set (EOPNOTSUPP from a driver without re-registration).
+	r, err := C.ibv_rereg_mr(m.mr, C.IBV_REREG_MR_CHANGE_ACCESS, nil, nil, 0, ibvAccess(access))
+	if r != 0 {
+		errno, ok := err.(syscall.Errno)
+		if !ok || errno == 0 || errno == syscall.ENOSYS {
+			errno = syscall.EOPNOTSUPP
+		}
+		return &verbs.OpError{Verb: "ibv_rereg_mr", Object: m.pd.d.attr.Name, Err: errno, Hint: fmt.Sprintf("changing an MR's access (code %d)", int(r))}
+	}
+	m.access = access
+	return nil
+}
+
 // memWindow is a type-2 ibv_mw.
 type memWindow struct {
 	pd     *protDomain

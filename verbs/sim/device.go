@@ -206,6 +206,32 @@ func (m *MR) contains(addr, n uint64) bool {
 	return addr >= m.addr && n <= uint64(len(m.mem)) && addr-m.addr <= uint64(len(m.mem))-n
 }
 
+// ChangeAccess changes the MR's rights in place (verbs.AccessChanger),
+// as ibv_rereg_mr with IBV_REREG_MR_CHANGE_ACCESS: the rkey is valid
+// exactly while the access has a remote right. EBUSY while windows are
+// bound on it.
+func (m *MR) ChangeAccess(access verbs.Access) error {
+	f := m.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case m.closed:
+		return verbs.ErrClosed
+	case f.cfg.noRereg:
+		return opErr("ibv_rereg_mr", m.pd.dev.hw.attr.Name, syscall.EOPNOTSUPP, "the device cannot change an MR's access")
+	case access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0:
+		return opErr("ibv_rereg_mr", m.pd.dev.hw.attr.Name, syscall.EINVAL, "remote write or atomic access needs local write access")
+	case m.bound > 0:
+		return opErr("ibv_rereg_mr", m.pd.dev.hw.attr.Name, syscall.EBUSY, "%d windows bound on it", m.bound)
+	}
+	m.access = access
+	m.rkey = 0
+	if access&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 {
+		m.rkey = m.lkey
+	}
+	return nil
+}
+
 // Close deregisters the MR; EBUSY while windows are bound on it (rxe
 // refuses too). Its keys are never valid again.
 func (m *MR) Close() error {

@@ -181,7 +181,7 @@ func (f *Fabric) deliverLocked(q *QP, data []byte, inv bool, invRKey uint32) res
 	p.rq = p.rq[1:]
 	p.faults.recvCount++
 	recvFail := func(recvSt, sendSt verbs.Status) result {
-		p.rcq.pushLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: recvSt, QPNum: p.num, VendorErr: 0x52}, qp: p})
+		p.pushRecvLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: recvSt, QPNum: p.num, VendorErr: 0x52}, qp: p})
 		return remote(sendSt)
 	}
 	if p.faults.failRecvAt != 0 && p.faults.recvCount == p.faults.failRecvAt {
@@ -212,7 +212,7 @@ func (f *Fabric) deliverLocked(q *QP, data []byte, inv bool, invRKey uint32) res
 		}
 		return recvFail(st, sendSt)
 	}
-	p.rcq.pushLocked(cqe{wc: wc, qp: p})
+	p.pushRecvLocked(cqe{wc: wc, qp: p})
 	return ok(uint64(len(data)))
 }
 
@@ -237,6 +237,9 @@ func (f *Fabric) invalidWindowLocked(rkey uint32) bool {
 
 func (f *Fabric) doubleInvalidationLocked(verb string, rkey uint32) {
 	f.anomalies.DoubleInvalidations++
+	if verb == "LOCAL_INV" {
+		f.anomalies.DoubleLocalInvalidations++
+	}
 	if f.cfg.panicOnDoubleI {
 		panic(fmt.Sprintf("sim: %s of rkey %#x, which is not a valid window (this panics the rxe kernel driver)", verb, rkey))
 	}

@@ -24,6 +24,7 @@ type config struct {
 	seed           uint64
 	seeded         bool
 	panicOnDoubleI bool
+	noRereg        bool
 }
 
 // Manual makes the fabric deterministic: no goroutine executes work; the
@@ -43,6 +44,10 @@ func WithDevice(attr verbs.DeviceAttr) Option {
 // device (AllocMW then fails with EOPNOTSUPP), to test the fallback to
 // dynamic memory registration.
 func WithoutMemWindows() Option { return func(c *config) { c.noWindows = true } }
+
+// WithoutRereg makes MR.ChangeAccess fail with EOPNOTSUPP, as on a device
+// whose driver cannot re-register an MR (rxe before Linux 6.2).
+func WithoutRereg() Option { return func(c *config) { c.noRereg = true } }
 
 // WithSeed seeds the generator of key bytes, for reproducible rkeys.
 func WithSeed(seed uint64) Option {
@@ -88,6 +93,10 @@ type Anomalies struct {
 	// currently valid window, and SEND_WITH_INV of the rkey of an open
 	// window that is already invalid. On rxe these panic the kernel.
 	DoubleInvalidations int
+	// DoubleLocalInvalidations counts those of DoubleInvalidations that
+	// were the QP owner's own LOCAL_INV (the rest: a peer's Send With
+	// Invalidate, which a conforming device only fails).
+	DoubleLocalInvalidations int
 	// QPClosedWithBoundWindows counts windows still bound to a QP when it
 	// was closed (rxe logs a kernel warning; close windows first).
 	QPClosedWithBoundWindows int

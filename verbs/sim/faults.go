@@ -12,6 +12,8 @@ type faultState struct {
 	sqDelay  time.Duration
 	cqeHold  bool
 	cqeDelay time.Duration
+	rcqeHold bool  // receive completions wait in heldRecv
+	heldRecv []cqe // receive completions withheld, in order
 
 	sendCount      int // send WRs executed
 	failSendAt     int // fail the WR whose count this is (0: none)
@@ -69,6 +71,49 @@ func (q *QP) ReleaseSendCompletions() {
 		q.releaseCQELocked()
 	}
 	f.kickLocked()
+}
+
+// HoldRecvCompletions withholds this QP's receive completions from its CQ:
+// messages are received (into the posted buffers, invalidations done) but
+// their completions wait, in order, until ReleaseRecvCompletions delivers
+// them all at once. With it a test makes several receives reach the
+// consumer in one poll (one batch of its reply handler).
+func (q *QP) HoldRecvCompletions() {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	q.faults.rcqeHold = true
+}
+
+// ReleaseRecvCompletions delivers the withheld receive completions to the
+// CQ at once, in order, and stops withholding.
+func (q *QP) ReleaseRecvCompletions() {
+	f := q.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q.faults.rcqeHold = false
+	held := q.faults.heldRecv
+	q.faults.heldRecv = nil
+	for _, e := range held {
+		q.rcq.pushLocked(e)
+	}
+	f.kickLocked()
+}
+
+// HeldRecvCompletions returns how many receive completions are withheld.
+func (q *QP) HeldRecvCompletions() int {
+	q.f.mu.Lock()
+	defer q.f.mu.Unlock()
+	return len(q.faults.heldRecv)
+}
+
+// pushRecvLocked hands a receive completion to the receive CQ, or holds it
+// (HoldRecvCompletions).
+func (q *QP) pushRecvLocked(e cqe) {
+	if q.faults.rcqeHold {
+		q.faults.heldRecv = append(q.faults.heldRecv, e)
+		return
+	}
+	q.rcq.pushLocked(e)
 }
 
 // HeldSendCompletions returns how many send completions are generated but

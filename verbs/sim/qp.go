@@ -202,7 +202,7 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 		r.wr.SGL = append([]verbs.SGE(nil), wr.SGL...)
 		q.rqUsed++
 		if q.state == verbs.QPError {
-			q.rcq.pushLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: verbs.StatusWRFlushErr, QPNum: q.num}, qp: q})
+			q.pushRecvLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: verbs.StatusWRFlushErr, QPNum: q.num}, qp: q})
 			continue
 		}
 		q.rq = append(q.rq, r)
@@ -236,7 +236,7 @@ func (q *QP) toErrorLocked() {
 		q.completeSendLocked(w, verbs.StatusWRFlushErr, 0)
 	}
 	for _, r := range rq {
-		q.rcq.pushLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: verbs.StatusWRFlushErr, QPNum: q.num}, qp: q})
+		q.pushRecvLocked(cqe{wc: verbs.Completion{ID: r.wr.ID, Status: verbs.StatusWRFlushErr, QPNum: q.num}, qp: q})
 	}
 	q.f.kickLocked()
 }

@@ -411,7 +411,7 @@ func (c *conn) reply(call *rpcrdma.Header, ci CallInfo, vers uint32, rep []byte,
 	}
 	sendOff := lay.add(msg)
 	var bogusOff int
-	if m.UnknownXID {
+	if m.UnknownXID || m.DuplicateInvalidate {
 		bogus := append([]byte(nil), msg...)
 		if len(bogus) >= 4 {
 			flipXID(bogus[0:4])
@@ -438,12 +438,17 @@ func (c *conn) reply(call *rpcrdma.Header, ci CallInfo, vers uint32, rep []byte,
 	}
 	// RDMA WRITEs first, then the Send, on one QP: RC ordering lands the
 	// data before the reply (RFC 8166 §3.4.6).
+	keys := distinctRKeys(call)
 	if m.UnknownXID {
-		wrs = append(wrs, verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{buf.sge(bogusOff, len(msg))}})
+		bogus := verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{buf.sge(bogusOff, len(msg))}}
+		if m.InvalidateUnknownXID && len(keys) >= 2 {
+			bogus.Opcode, bogus.InvalidateRKey = verbs.OpSendWithInv, keys[len(keys)-1]
+			st.foreignInv.Add(1)
+		}
+		wrs = append(wrs, bogus)
 		st.unknownXID.Add(1)
 	}
 	realReply := !m.UnknownXID || m.ThenReply
-	keys := distinctRKeys(call)
 	if realReply {
 		send := verbs.SendWR{Opcode: verbs.OpSend, SGL: []verbs.SGE{buf.sge(sendOff, len(msg))}}
 		if (c.remoteInv || m.SendWithInvUnasked) && len(keys) == 1 && m.TruncateHeader == 0 {
@@ -455,6 +460,10 @@ func (c *conn) reply(call *rpcrdma.Header, ci CallInfo, vers uint32, rep []byte,
 			st.staleInv.Add(1)
 		}
 		wrs = append(wrs, send)
+		if m.DuplicateInvalidate && send.Opcode == verbs.OpSendWithInv {
+			wrs = append(wrs, verbs.SendWR{Opcode: verbs.OpSendWithInv, InvalidateRKey: send.InvalidateRKey, SGL: []verbs.SGE{buf.sge(bogusOff, len(msg))}})
+			st.dupInv.Add(1)
+		}
 		// A reply the client cannot decode does not return the call's
 		// credit: it stays outstanding.
 		if m.TruncateHeader == 0 && (m.ReplyVersion == 0 || m.ReplyVersion == rpcrdma.Version) {

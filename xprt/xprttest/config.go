@@ -174,6 +174,19 @@ type Misbehavior struct {
 	// SEND; with ThenReply the real reply follows it.
 	UnknownXID bool
 	ThenReply  bool
+	// InvalidateUnknownXID sends the UnknownXID copy as a Send With
+	// Invalidate of the call's last distinct rkey (after the reply's RDMA
+	// WRITEs, and with ThenReply right before the real reply, so that the
+	// client usually finds both in one poll): a peer invalidating a window
+	// of a call it has not answered yet. Only with UnknownXID, and only for
+	// a call with at least two distinct rkeys (the real reply then has no
+	// Send With Invalidate of its own). Counted in Stats.ForeignInvalidates.
+	InvalidateUnknownXID bool
+	// DuplicateInvalidate follows a reply sent with Send With Invalidate
+	// by a second Send With Invalidate of the same rkey, with the xid's
+	// top bit flipped: the window is already invalid. Counted in
+	// Stats.DuplicateInvalidates.
+	DuplicateInvalidate bool
 	// OverstateWrite adds this many bytes to the length returned for the
 	// first segment of the first Write chunk: a length beyond what the
 	// client offered.

@@ -36,6 +36,7 @@ type conn struct {
 	outstanding atomic.Int64
 	replied     atomic.Bool
 	callSeq     atomic.Uint64
+	connSeq     uint64 // numbers the server's connections, from 1 (Server.mu)
 	// lastRKey is the first rkey of the last call answered: stale for
 	// the next ones (Misbehavior.StaleInvalidate).
 	lastRKey atomic.Uint32

@@ -53,8 +53,14 @@ type Stats struct {
 	LateWritesFailed  uint64 // ... that failed at the device (the rkey was invalid: correct)
 	LateWritesLanded  uint64 // ... that succeeded (the rkey was still valid: a client bug)
 	StaleInvalidates  uint64 // replies sent with Send With Invalidate of an earlier call's rkey
-	OutOfBoundsTried  uint64 // accesses past a segment's end through its rkey
-	OutOfBoundsLanded uint64 // ... that succeeded (the device let the peer outside the segment)
+	// ForeignInvalidates counts Send With Invalidate with an unknown xid
+	// naming a window of a call not yet answered (InvalidateUnknownXID).
+	ForeignInvalidates uint64
+	// DuplicateInvalidates counts second Send With Invalidates of a
+	// reply's rkey (DuplicateInvalidate).
+	DuplicateInvalidates uint64
+	OutOfBoundsTried     uint64 // accesses past a segment's end through its rkey
+	OutOfBoundsLanded    uint64 // ... that succeeded (the device let the peer outside the segment)
 }
 
 // stats are the live counters behind Stats.
@@ -67,6 +73,7 @@ type stats struct {
 	maxOutstanding, overCredit                   atomic.Uint64
 	unknownXID, lateWrites, lateFailed, lateLand atomic.Uint64
 	staleInv, oobTried, oobLanded                atomic.Uint64
+	foreignInv, dupInv                           atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
@@ -79,7 +86,7 @@ func (s *stats) snapshot() Stats {
 		SendWithInv: s.sendWithInv.Load(), MaxOutstanding: s.maxOutstanding.Load(),
 		OverCredit: s.overCredit.Load(), UnknownXIDReplies: s.unknownXID.Load(),
 		LateWrites: s.lateWrites.Load(), LateWritesFailed: s.lateFailed.Load(), LateWritesLanded: s.lateLand.Load(),
-		StaleInvalidates: s.staleInv.Load(), OutOfBoundsTried: s.oobTried.Load(), OutOfBoundsLanded: s.oobLanded.Load(),
+		StaleInvalidates: s.staleInv.Load(), ForeignInvalidates: s.foreignInv.Load(), DuplicateInvalidates: s.dupInv.Load(), OutOfBoundsTried: s.oobTried.Load(), OutOfBoundsLanded: s.oobLanded.Load(),
 	}
 }
 
@@ -111,6 +118,7 @@ type Server struct {
 	mu        sync.Mutex
 	misbehave Misbehavior
 	conns     map[*conn]struct{}
+	nconns    uint64
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -248,6 +256,8 @@ func (s *Server) serveConn(ep verbs.Endpoint) {
 		return
 	}
 	s.conns[c] = struct{}{}
+	s.nconns++
+	c.connSeq = s.nconns
 	s.mu.Unlock()
 	if err := c.accept(); err != nil {
 		s.log.Warn("accept", "peer", ep.RemoteAddr(), "err", err)
@@ -264,3 +274,50 @@ func (s *Server) serveConn(ep verbs.Endpoint) {
 	s.mu.Unlock()
 	s.st.disconnects.Add(1)
 }
+
+// Access is a rogue RDMA access from the server's side, on any fabric: on
+// one live connection (the most recent, when several are), it RDMA-WRITEs
+// n bytes of LateWriteByte (op verbs.OpRDMAWrite) or RDMA-READs n bytes
+// (verbs.OpRDMARead) at addr with rkey, and returns the completion's
+// status: success means the client's device let the access land. A
+// failed access breaks that connection, as any error completion does.
+// ErrNoConnection when none is live.
+func (s *Server) Access(op verbs.Opcode, addr uint64, rkey uint32, n int) (verbs.Status, error) {
+	s.mu.Lock()
+	var c *conn
+	for cc := range s.conns {
+		if c == nil || cc.connSeq > c.connSeq {
+			c = cc
+		}
+	}
+	s.mu.Unlock()
+	if c == nil {
+		return 0, ErrNoConnection
+	}
+	buf, err := newScratch(c.pd, n)
+	if err != nil {
+		return 0, err
+	}
+	defer buf.close()
+	for i := range buf.bytes {
+		buf.bytes[i] = LateWriteByte
+	}
+	ch, posted, err := c.post([]verbs.SendWR{{Opcode: op, SGL: []verbs.SGE{buf.sge(0, n)}, RemoteAddr: addr, RKey: rkey}})
+	if err != nil {
+		return 0, err
+	}
+	wcs, err := c.complete(ch, posted)
+	if len(wcs) == 0 {
+		if err == nil {
+			err = ErrNoConnection
+		}
+		return 0, err
+	}
+	if wc := wcs[0]; wc.Status != verbs.StatusSuccess && wc.Status != verbs.StatusWRFlushErr {
+		c.fail(&verbs.CompletionError{Completion: wc, Opcode: op})
+	}
+	return wcs[0].Status, nil
+}
+
+// ErrNoConnection is returned by Access when no connection is live.
+var ErrNoConnection = errors.New("xprttest: no live connection")
