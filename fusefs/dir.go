@@ -87,7 +87,6 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		return nil, errno
 	}
 	n.dropPlus(name)
-	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -103,9 +102,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 		// Made just now: empty.
 		if c, ok := in.Operations().(*node); ok {
 			c.startNames()
-			if caller != nil && caller.Uid == 0 {
-				c.madeByRoot()
-			}
+			c.madeBy(ctx)
 		}
 	}
 	return in, errno
@@ -416,7 +413,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 // READDIRPLUS, whose attributes and handles answer the kernel's
 // readdirplus lookups without more calls, and kept by the kernel for the
 // opens soon after (dircache.go).
+//
+// The caller must be allowed to read the directory, as the server says
+// (access.go): the kernel's copy of the listing and this mount's kept
+// replies are otherwise served to anyone.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.opendirAccess(ctx); errno != 0 {
+		return nil, 0, errno
+	}
 	cache := n.listCacheFlags(ctx)
 	return &dirHandle{n: n, cached: cache != 0}, cache, 0
 }
@@ -559,7 +563,6 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		return err
 	})
 	d.n.setAttr(r.DirAttr)
-	d.n.learnRootRead(ctx, err)
 	if err != nil {
 		return toErrno(err)
 	}

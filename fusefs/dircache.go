@@ -32,12 +32,9 @@ import (
 // copy is dropped at the next open, which fills a new one.
 //
 // Not kept with lookupcache=none, noac or actimeo=0 (every listing asks the
-// server), nor for root in a directory others may not read unless the
-// server's last answer to root's own listing of that directory (or root
-// having made it) let root read it, while the directory's attributes are
-// trusted and its mode the same (node.rootRead), as the Linux client keeps
-// root's ACCESS reply for that directory: a squashed root is refused there,
-// and would otherwise read the names another user's listing left.
+// server). Every opener of the directory has been let read it by the
+// server first (OpendirHandle), as the Linux client checks the opener's
+// ACCESS before it lists from its cache.
 
 // listCacheFlags returns the open flags of a directory opened by the FUSE
 // request of ctx: the kernel's listing cache kept and used
@@ -49,15 +46,11 @@ func (n *node) listCacheFlags(ctx context.Context) uint32 {
 	}
 	now := f.now()
 	n.mu.Lock()
-	mode := n.attrs.attr.Mode
 	old := !n.listCachedAt.IsZero() && now.Sub(n.listCachedAt) >= f.plusFresh()
 	if old {
 		n.listCachedAt = time.Time{}
 	}
 	n.mu.Unlock()
-	if f.shared && f.rootCalls(ctx) && mode&0o004 == 0 && !n.rootReadAllowed() {
-		return 0 // the kernel drops its copy: no FOPEN_KEEP_CACHE
-	}
 	if old {
 		// The kernel's copy is too old: dropped, so that this open
 		// fills a new one from the server. The directory's attributes

@@ -76,95 +76,6 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openF
 // the OPEN right after the LOOKUP of the same path walk.
 const lookupFresh = time.Second
 
-// rootCalls reports whether the FUSE request of ctx is root's and its NFS
-// calls carry root's own credential (Options.CallerIdentity): the server
-// then decides what root may do (root_squash), see rootAccess.
-func (f *FS) rootCalls(ctx context.Context) bool {
-	caller, ok := fuse.FromContext(ctx)
-	return ok && caller.Uid == 0 && f.opts.CallerIdentity
-}
-
-// rootAccessFresh is how long root's rights learned by an ACCESS answer an
-// open (and that ACCESS's attributes serve as its close-to-open
-// revalidation): the kernel opens right after the permission check that
-// asked for the attributes.
-const rootAccessFresh = time.Second
-
-// rootAccess asks the server whether root may open the file as flags ask:
-// the kernel lets root (CAP_DAC_OVERRIDE) past its local permission check
-// (default_permissions), but a server that squashes root (exports(5)'s
-// default) treats it as nobody, so the open must fail here, as the kernel
-// client's ACCESS makes it fail, rather than at the first READ or WRITE.
-// It returns the attributes the reply carried (nil if none): fetched at
-// this open, they serve as its close-to-open revalidation.
-func (n *node) rootAccess(ctx context.Context, flags uint32) (*nfs3.Attr, syscall.Errno) {
-	var want uint32
-	switch flags & syscall.O_ACCMODE {
-	case syscall.O_RDONLY:
-		want = nfs3.AccessRead
-	case syscall.O_WRONLY:
-		want = nfs3.AccessModify
-	default:
-		want = nfs3.AccessRead | nfs3.AccessModify
-	}
-	if flags&syscall.O_TRUNC != 0 {
-		want |= nfs3.AccessModify
-	}
-	// Root's last ACCESS of this file answers while the file's attributes
-	// have not changed since, as the Linux client's access cache does; its
-	// attributes are this open's revalidation if it answered the
-	// permission check just before (getattrByAccess).
-	if rights, attr, fresh, known := n.takeRootAcc(); known {
-		if rights&want != want {
-			return nil, syscall.EACCES
-		}
-		if fresh {
-			return &attr, 0
-		}
-		return nil, 0
-	}
-	// Asked for more than want (rootAccessAsked holds every right want
-	// can name): later opens asking other rights need not ask again.
-	var r nfs3.AccessResult
-	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Access(ctx, fh, rootAccessAsked)
-		return err
-	})
-	if err != nil {
-		n.forgetIfStale(err)
-		return nil, toErrno(err)
-	}
-	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
-	if r.Attr != nil {
-		n.mu.Lock()
-		n.rootAcc = rootAccessResult{known: true, rights: r.Access, attr: *r.Attr}
-		n.mu.Unlock()
-	}
-	if r.Access&want != want {
-		return nil, syscall.EACCES
-	}
-	return r.Attr, 0
-}
-
-// takeRootAcc returns the rights root was granted by its last ACCESS of
-// the file, if known (the attributes unchanged since: sameAccess), and
-// whether that ACCESS answered the permission check just before this open
-// (getattrByAccess, within rootAccessFresh): then its attributes, attr,
-// serve as the open's close-to-open revalidation, once: the next open
-// revalidates.
-func (n *node) takeRootAcc() (rights uint32, attr nfs3.Attr, fresh, known bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	acc := n.rootAcc
-	if !acc.known || !sameAccess(&acc.attr, &n.attrs.attr) {
-		n.rootAcc = rootAccessResult{}
-		return 0, nfs3.Attr{}, false, false
-	}
-	n.rootAcc.at = time.Time{}
-	fresh = !acc.at.IsZero() && n.fsys.now().Sub(acc.at) < rootAccessFresh
-	return acc.rights, n.attrs.attr, fresh, true
-}
-
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
 // revalidates the file; the kernel keeps its cached pages only if the file
 // did not change since, else its cached attributes are dropped as well.
@@ -202,21 +113,17 @@ func directIOFlags(flags uint32) uint32 {
 }
 
 func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	asRoot := n.fsys.rootCalls(ctx)
 	pid := callerPid(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
 		return nil, 0, syscall.EROFS
 	}
-	// accessAttr: the attributes root's ACCESS just brought.
-	var accessAttr *nfs3.Attr
-	if asRoot {
-		a, errno := n.rootAccess(ctx, flags)
-		if errno != 0 {
-			return nil, 0, errno
-		}
-		accessAttr = a
+	// The server decides (access.go); accessAttr: the attributes the
+	// caller's ACCESS brought, now or just before (a stat).
+	accessAttr, errno := n.openAccess(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()
@@ -286,6 +193,9 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, toErrno(err)
 	}
 	changed := n.setAttr(&a)
+	if errno := n.recheckOpenAccess(ctx, flags, accessAttr != nil); errno != 0 {
+		return nil, 0, errno
+	}
 	n.mu.Lock()
 	if n.fsys.opts.NoCTO {
 		changed = changed || n.staleData

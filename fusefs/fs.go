@@ -219,8 +219,8 @@ type MountConfig struct {
 	// Name is the subtype: the mount's type is "fuse.<Name>" (default
 	// "nfsrdma").
 	Name string
-	// AllowOther lets other users than the mounting one in (the kernel still
-	// checks the permission bits: default_permissions).
+	// AllowOther lets other users than the mounting one in (each one's
+	// permissions decided by the server: access.go).
 	AllowOther bool
 	// DirectMount mounts with mount(2) (root), falling back to fusermount;
 	// DirectMountStrict never falls back.
@@ -233,8 +233,9 @@ type MountConfig struct {
 }
 
 // FUSEOptions returns the go-fuse options for mounting f: requests up to
-// wsize, no xattrs (NFSv3 has none), permission checks by the kernel, the
-// attribute timeouts set per reply, read-only when Options.ReadOnly.
+// wsize, no xattrs (NFSv3 has none), permissions decided by the server
+// (no default_permissions: access.go), the attribute timeouts set per
+// reply, read-only when Options.ReadOnly.
 func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 	name := mc.Name
 	if name == "" {
@@ -274,7 +275,6 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		DirectMount:       mc.DirectMount,
 		DirectMountStrict: mc.DirectMountStrict,
 		Debug:             mc.Debug,
-		Options:           []string{"default_permissions"},
 		DirectMountFlags:  mc.MountFlags,
 	}
 	if mo.DirectMountFlags == 0 {

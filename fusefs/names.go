@@ -154,6 +154,7 @@ func (n *node) dirChanged(w *nfs3.WccData, ok bool, changes ...nameChange) {
 		n.attrs.invalidate()
 		return
 	}
+	n.carryAccessLocked(w) // the mount's own change (access.go)
 	lo, hi := n.fsys.acBounds(w.After.Type)
 	v := *w.After
 	n.floorSize(&v)

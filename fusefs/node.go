@@ -60,10 +60,9 @@ type node struct {
 	// right after needs no GETATTR of its own (see Open).
 	lookupAt   time.Time
 	lookupKeep bool
-	// rootAcc: root's rights on the object from its last ACCESS with
-	// root's credential, while the attributes have not changed since (see
-	// rootAccess).
-	rootAcc rootAccessResult
+	// acc: what the server said of each credential's rights on the
+	// object, while its attributes are trusted and unchanged (access.go).
+	acc map[string]accessEntry
 
 	// staleData: attributes seen since the last open showed the data
 	// changed (nocto opens go by it).
@@ -107,13 +106,8 @@ type node struct {
 
 	// In a private directory (see private.go): until when the name under
 	// which this node was last given to the kernel is trusted by this
-	// mount (the kernel itself is told 0), and, for the directory, what
-	// the server last said of root's search permission.
+	// mount (the kernel itself is told 0).
 	entryUntil time.Time
-	rootSearch rootVerdict
-	// rootRead: what the server last said of root's reading of the
-	// directory's listing (see listCacheFlags).
-	rootRead rootVerdict
 
 	// When the kernel last began to fill its cache of the directory's
 	// listing, and the READDIRPLUS replies this mount keeps for the next
@@ -278,6 +272,9 @@ func (n *node) floorSize(a *nfs3.Attr) {
 // when the server sent none, the knowledge that the cached ones are stale.
 func (n *node) setWcc(w *nfs3.WccData) {
 	if w.After != nil {
+		n.mu.Lock()
+		n.carryAccessLocked(w) // the mount's own change (access.go)
+		n.mu.Unlock()
 		n.setAttr(w.After)
 		return
 	}
@@ -332,21 +329,6 @@ func (n *node) recorded() (nfs3.Attr, time.Duration) {
 	return a, n.attrs.timeo
 }
 
-// rootAccessResult is what an ACCESS told of root's rights on a file: as
-// the Linux client's access cache entry (per credential, per inode), it
-// holds while the file's cached attributes show the ctime, mode and owner
-// the reply carried (see sameAccess), and no longer: a right learnt on
-// one file says nothing of another (an export switched to root_squash
-// since), nor of the same one once changed (its mode, owner or ACL).
-type rootAccessResult struct {
-	known  bool
-	rights uint32    // the granted nfs3.Access* bits of rootAccessAsked
-	attr   nfs3.Attr // the attributes the reply carried
-	// at: when it came, for the open right after (its attributes are that
-	// open's close-to-open revalidation); zero once an open took them.
-	at time.Time
-}
-
 // sameAccess reports whether attributes b leave the rights an ACCESS
 // reply with attributes a granted as they were: the same ctime (the Linux
 // client's change attribute for NFSv3), mode and owner.
@@ -354,24 +336,17 @@ func sameAccess(a, b *nfs3.Attr) bool {
 	return a.Ctime == b.Ctime && a.Mode == b.Mode && a.UID == b.UID && a.GID == b.GID && a.Type == b.Type
 }
 
-// rootAccessAsked is what getattrByAccess asks of a file for root.
-const rootAccessAsked = nfs3.AccessRead | nfs3.AccessModify | nfs3.AccessExtend | nfs3.AccessExecute
-
-// getattrByAccess is getattr for root's GETATTR of a regular file whose
-// cached attributes went stale: an ACCESS, whose reply carries the
-// attributes too. It is how an open by root begins once the attributes
-// have timed out (the kernel's permission check asks for them first, then
-// opens), and the open asks the server whether root may (rootAccess): the
-// rights it learns here answer that, so the open costs no call of its
+// getattrByAccess is getattr for a caller's GETATTR of a regular file
+// whose cached attributes went stale: an ACCESS with its credential,
+// whose reply carries the attributes too. The caller's rights it learns
+// answer an open that follows (a stat then an open; the kernel's exec
+// re-reads the attributes first), and its attributes are that open's
+// close-to-open revalidation (access.go): the open costs no call of its
 // own. The kernel client sends a GETATTR and an ACCESS there. A reply
 // without attributes, or an error other than a stale handle, falls back to
 // a GETATTR.
 func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
-	var r nfs3.AccessResult
-	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Access(ctx, fh, rootAccessAsked)
-		return err
-	})
+	r, err := n.askAccess(ctx, true)
 	if err != nil && isStale(err) {
 		return nfs3.Attr{}, 0, err
 	}
@@ -379,10 +354,6 @@ func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time
 		return n.getattr(ctx, force)
 	}
 	n.setAttr(r.Attr)
-	n.fsys.learnRootRights(ctx, r.Attr, r.Access)
-	n.mu.Lock()
-	n.rootAcc = rootAccessResult{known: true, rights: r.Access, attr: *r.Attr, at: n.fsys.now()}
-	n.mu.Unlock()
 	a, timeo := n.recorded()
 	return a, timeo, nil
 }
@@ -480,21 +451,19 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
-	priv, asRoot := false, false
-	if n.private() {
-		priv = true
-		if caller, ok := fuse.FromContext(ctx); ok && caller.Uid == 0 {
-			asRoot = true
-		}
+	// askServer: the caller's search of a private directory is not
+	// known; the server decides (see private.go).
+	priv, askServer := n.private(), false
+	if priv {
 		var c *fs.Inode
 		var errno syscall.Errno
 		var done bool
-		c, errno, asRoot, done = n.privateLookup(name, asRoot, out)
+		c, errno, askServer, done = n.privateLookup(name, n.fsys.accessKeyOf(ctx), out)
 		if done {
 			return c, errno
 		}
 	}
-	if left, ok := n.knownAbsent(name); ok && !asRoot {
+	if left, ok := n.knownAbsent(name); ok && !askServer {
 		// This mount knows every name of the directory (see names.go).
 		if priv {
 			left = 0
@@ -507,10 +476,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	if e, ok := n.takePlus(name); ok && !asRoot {
+	if e, ok := n.takePlus(name); ok && !askServer {
 		return n.plusLookup(ctx, name, e, out), 0
 	}
-	if !asRoot && n.listForLookup() {
+	if !askServer && n.listForLookup() {
 		// The directory's LOOKUPs have cost what reading all of it
 		// does (listing.go): read it, and answer this one from it if
 		// it has the name.
@@ -525,8 +494,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return err
 	})
 	n.setAttr(r.DirAttr)
-	if asRoot {
-		n.learnRootSearch(err)
+	if priv {
+		n.learnSearch(ctx, err)
 	}
 	n.learnRefused(ctx, err)
 	if err != nil {
@@ -547,7 +516,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, syscall.ENOENT
 	}
 	n.sawName(name)
-	if !asRoot {
+	if !askServer {
 		n.foundByLookup()
 	}
 	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
@@ -582,15 +551,16 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		out.SetTimeout(left)
 		return 0
 	}
-	byAccess := !fresh && !viaFile && a0.Type == nfs3.TypeReg && n.fsys.rootCalls(ctx)
+	byAccess := !fresh && !viaFile && a0.Type == nfs3.TypeReg && callerPid(ctx) != 0 && n.fsys.opts.CallerIdentity
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	var a nfs3.Attr
 	var timeo time.Duration
 	var err error
 	if byAccess {
-		// Timed out: most likely an open's permission check (see
-		// getattrByAccess). A stat after a READ (force) is a GETATTR.
+		// Timed out: an ACCESS, whose rights answer an open that
+		// follows (see getattrByAccess). A stat after a READ (force) is
+		// a GETATTR.
 		a, timeo, err = n.getattrByAccess(ctx, force)
 	} else {
 		a, timeo, err = n.getattr(ctx, force)
@@ -655,6 +625,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	s.Mtime = setTime(in.Valid, fuse.FATTR_MTIME, fuse.FATTR_MTIME_NOW, in.Mtime, in.Mtimensec)
 	if s == (nfs3.SetAttr{}) {
 		return n.Getattr(ctx, f, out)
+	}
+	if of, ok := f.(*openFile); truncate && (!ok || of.flags&syscall.O_ACCMODE == syscall.O_RDONLY) {
+		// truncate(2) by path, or O_TRUNC on a descriptor opened for
+		// reading: the caller must be allowed to write, as the server
+		// says (access.go). (ftruncate(2) needs a descriptor open for
+		// writing, which the open checked.)
+		if _, errno := n.checkAccess(ctx, mayWrite, false); errno != 0 {
+			return errno
+		}
 	}
 	if a, timeo, ok := n.deferSetattr(ctx, caller, s); ok {
 		n.fillOut(&out.Attr, &a)

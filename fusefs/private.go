@@ -15,53 +15,32 @@ import (
 
 // Private directories: names the kernel must not answer from its caches.
 //
-// The kernel checks permissions itself (default_permissions) from the
-// attributes this mount gives it, and keeps names and attributes in its
-// dentry and inode caches, one for all users. That is right for every user
-// but root: root passes the local check (CAP_DAC_OVERRIDE), while a server
-// that squashes root (exports(5)'s default) treats it as nobody. The
-// kernel's NFS client asks the server, through its per-credential ACCESS
-// cache, whether root may search a directory; FUSE has no per-credential
-// dentry cache, so root would see, from the caches, a name another user
-// just made in a directory nobody may not search.
+// The kernel keeps names and attributes in its dentry and inode caches,
+// one for all users, and FUSE asks the file system nothing when a path
+// walk goes through a name it has cached (the mount has no
+// default_permissions: access.go). The kernel's NFS client asks the
+// server, through its per-credential ACCESS cache, whether each caller
+// may search each directory of the walk.
 //
 // So on a mount other users may enter (allow_other) with each caller's own
-// identity, the names of a directory that does not grant search to others
-// (mode&0o001 == 0: a squashed root is one of the others) are given to the
-// kernel with an entry timeout of 0, found or missing. Every path walk
-// through such a directory then comes to Lookup with its caller:
-//
-//   - a caller other than root was already checked by the kernel against
-//     the directory's mode; its LOOKUP is answered from this mount's own
-//     record of the name (node.entryUntil, the timeout the kernel would
-//     otherwise have had) with no call, or from the server as usual;
-//   - root is answered by what the server said of root's search
-//     permission there (node.rootSearch, learnt from root's last LOOKUP
-//     in the directory and kept while the directory's attributes are
-//     trusted, as the kernel client keeps an ACCESS reply): EACCES with no
-//     call when refused, the cached entry when allowed, and a LOOKUP with
-//     root's credential when not known.
+// identity, the names of a directory that not every class may search
+// (mode&0o111 != 0o111) are given to the kernel with an entry timeout of
+// 0, found or missing. Every path walk through such a directory then
+// comes to Lookup with its caller, whose search permission there is
+// decided as access.go says: known allowed, the LOOKUP is answered from
+// this mount's own record of the name (node.entryUntil, the timeout the
+// kernel would otherwise have had) with no call, or as usual; known
+// refused, EACCES with no call; not known, a LOOKUP with the caller's
+// credential, which none of this mount's records may answer, and whose
+// outcome is kept as the caller's verdict (learnSearch).
 //
 // When the kernel's revalidation of an entry gets EACCES it drops the
 // entry and looks the name up again (fs/fuse/dir.c), which gets EACCES too:
 // the error reaches the caller. The cost falls on such directories only:
 // one FUSE request per path walk through them, answered without a call
-// except root's first one per attribute timeout.
-//
-// None of this is needed for a directory root may search: there the
-// server lets root do what the kernel's own check lets it, and every other
-// caller is checked by the kernel against the directory's mode as before.
-// The private treatment is skipped while root's verdict on the directory
-// (node.rootSearch) is "allowed": without that, cp -a or tar -x as root,
-// which make every directory 0700 and set its mode at the end, would cost
-// a FUSE LOOKUP of each directory for every file made in it (a directory
-// root made is its own: madeByRoot). The verdict is the directory's own,
-// as the kernel client's ACCESS replies are kept per inode: what root may
-// do in one directory says nothing of another, and nothing once the
-// directory's mode changes or its attributes time out. The kernel's
-// entries given while it held, with the usual timeouts, are not taken back
-// when it lapses: they expire within their timeout (the directory's
-// attribute timeout).
+// except each caller's first one per attribute timeout. A directory made
+// through the mount is known searchable by its maker (madeBy): cp -a and
+// tar -x make each directory 0700 and set its mode at the end.
 //
 // What root's creations show of the server's squashing as a whole
 // (rootSquash: learnCreated, learnRootRights, learnRefused) serves only
@@ -80,8 +59,7 @@ func (n *node) private() bool {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	priv := n.attrs.attr.Type == nfs3.TypeDir && n.attrs.attr.Mode&0o001 == 0
-	return priv && !n.rootAllowedLocked()
+	return n.attrs.attr.Type == nfs3.TypeDir && n.attrs.attr.Mode&0o111 != 0o111
 }
 
 // rootSquash is what the server has shown of its squashing of root, per
@@ -206,114 +184,18 @@ func (n *node) learnRefused(ctx context.Context, err error) {
 	n.fsys.squash.squashed(fsid)
 }
 
-// rootVerdict is what the server last said of root's search permission in
-// a directory: for as long as the directory's attributes were trusted then,
-// and while its mode is the same.
-type rootVerdict struct {
-	known, allowed bool
-	mode           uint32
-	until          time.Time
-}
-
-// rootAllowedLocked reports whether the server's verdict on root's search
-// of n is known and "allowed"; n.mu is held.
-func (n *node) rootAllowedLocked() bool {
-	v := n.rootSearch
-	return v.known && v.allowed && v.mode == n.attrs.attr.Mode && n.fsys.now().Before(v.until)
-}
-
-// rootAllowed returns the server's verdict on root's search of n, if known.
-func (n *node) rootAllowed() (allowed, known bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	v := n.rootSearch
-	if !v.known || v.mode != n.attrs.attr.Mode || !n.fsys.now().Before(v.until) {
-		return false, false
-	}
-	return v.allowed, true
-}
-
-// learnRootSearch records what root's LOOKUP in n, which ended with err,
-// says of root's search permission there: a name found or missing means
-// allowed, EACCES refused.
-func (n *node) learnRootSearch(err error) {
-	allowed := err == nil
-	if err != nil {
-		switch toErrno(err) {
-		case syscall.ENOENT:
-			allowed = true
-		case syscall.EACCES:
-		default:
-			return // says nothing of it
-		}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.setRootSearch(allowed)
-}
-
-// madeByRoot records root's verdict for a directory root has just made:
-// the server made it with root's credential, so root (squashed or not) is
-// its owner there, and may search it if the owner may. Without this, tar
-// -x as root would ask the server once in every private directory it
-// makes (GNU tar makes them 0700 and sets their modes at the end).
-func (n *node) madeByRoot() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.setRootSearch(n.attrs.attr.Mode&0o100 != 0)
-	n.rootRead = n.verdict(n.attrs.attr.Mode&0o400 != 0)
-}
-
-// learnRootRead records what root's READDIRPLUS of directory n, made with
-// ctx and ended with err, says of root's reading of it: read means
-// allowed, EACCES refused.
-func (n *node) learnRootRead(ctx context.Context, err error) {
-	if !rootCred(ctx) || err != nil && toErrno(err) != syscall.EACCES {
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.rootRead = n.verdict(err == nil)
-}
-
-// rootReadAllowed reports whether the server's last verdict on root's
-// reading of directory n's listing holds and allowed it.
-func (n *node) rootReadAllowed() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	v := n.rootRead
-	return v.known && v.allowed && v.mode == n.attrs.attr.Mode && n.fsys.now().Before(v.until)
-}
-
-// setRootSearch records a verdict on root's search of n for as long as n's
-// attributes are trusted (none when they are not); n.mu is held.
-func (n *node) setRootSearch(allowed bool) {
-	n.rootSearch = n.verdict(allowed)
-}
-
-// verdict returns a verdict on root in n for as long as n's attributes are
-// trusted (none when they are not); n.mu is held.
-func (n *node) verdict(allowed bool) rootVerdict {
-	left, fresh := n.attrs.fresh(n.fsys.now())
-	if !fresh {
-		return rootVerdict{}
-	}
-	return rootVerdict{known: true, allowed: allowed, mode: n.attrs.attr.Mode, until: n.fsys.now().Add(left)}
-}
-
-// privateLookup answers a LOOKUP of name in the private directory n
-// without a call when it can (done). Otherwise Lookup goes on, asking the
-// server with root's credential (askAsRoot: none of this mount's own
-// records may answer) or as usual.
-func (n *node) privateLookup(name string, asRoot bool, out *fuse.EntryOut) (c *fs.Inode, errno syscall.Errno, askAsRoot, done bool) {
-	if asRoot {
-		allowed, known := n.rootAllowed()
-		switch {
-		case !known:
-			return nil, 0, true, false
-		case !allowed:
-			return nil, syscall.EACCES, true, true
-		}
+// privateLookup answers a LOOKUP of name in the private directory n by
+// the caller whose credential's key is key without a call when it can
+// (done). Otherwise Lookup goes on, asking the server with the caller's
+// credential (askServer: its search of n is not known, and none of this
+// mount's own records may answer) or as usual.
+func (n *node) privateLookup(name, key string, out *fuse.EntryOut) (c *fs.Inode, errno syscall.Errno, askServer, done bool) {
+	allowed, known := n.searchVerdict(key)
+	switch {
+	case !known:
+		return nil, 0, true, false
+	case !allowed:
+		return nil, syscall.EACCES, true, true
 	}
 	in := n.GetChild(name)
 	if in == nil {

@@ -103,9 +103,10 @@ func TestPrivateDirRoot(t *testing.T) {
 // TestPrivateDirMadeByRoot: a 0700 directory root makes (tar -x makes
 // its directories 0700 and sets their modes at the end) is root's own on
 // the server, squashed or not (the server squashes root here: its
-// creations come back owned by the anonymous uid): root may search it, its
-// work in it needs no LOOKUP to learn that, and the kernel keeps its
-// entries (one FUSE LOOKUP per new name).
+// creations come back owned by the anonymous uid): root may search it, and
+// its work in it needs no LOOKUP call to learn that. The kernel keeps no
+// entry there (other users would walk them): a FUSE LOOKUP per walk,
+// answered without a call.
 func TestPrivateDirMadeByRoot(t *testing.T) {
 	srv := startGoNFS(t, backendDiskSquashed)
 	check(t, os.Chmod(srv.Dir, 0o755))
@@ -132,8 +133,8 @@ func TestPrivateDirMadeByRoot(t *testing.T) {
 	if got := rec.since(from, nfs3.ProcLookup); len(got) != 0 {
 		t.Errorf("root making files in 0700 directories it made: %d LOOKUP calls, want 0", len(got))
 	}
-	if l > dirs*files {
-		t.Errorf("root making and statting files in 0700 directories it made on a squashing server: %d FUSE LOOKUPs, want at most %d (one per new name)", l, dirs*files)
+	if l > 2*dirs*files {
+		t.Errorf("root making and statting files in 0700 directories it made on a squashing server: %d FUSE LOOKUPs, want at most %d (one per walk)", l, 2*dirs*files)
 	}
 }
 
@@ -158,29 +159,41 @@ func makeAndStat(t *testing.T, m *mounted, p string, times int) uint64 {
 	})
 }
 
-// topPublic returns a check of whether root's work in the mount's 0700
-// directory "top" is answered by the kernel (a FUSE LOOKUP for each new
-// name only: public), or not (one more for every stat: private), each time
-// with a new file made and statted 3 times.
-func topPublic(t *testing.T, m *mounted) func(what string, want bool) {
+// topAnswered returns a check of whether root's work in the mount's 0700
+// directory "top" is answered without a LOOKUP call with root's credential
+// (root's search of it known), each time with a new file made and statted
+// 3 times.
+func topAnswered(t *testing.T, m *mounted, rec *recorder) func(what string, want bool) {
 	const stats = 3
 	file := 0
 	return func(what string, want bool) {
 		t.Helper()
 		file++
-		l := makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
-		t.Logf("%s: a file made and statted %d times: %d FUSE LOOKUPs", what, stats, l)
-		if got := l <= 1; got != want {
-			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d FUSE LOOKUPs; want public %v", what, stats, l, want)
+		from := rec.mark()
+		makeAndStat(t, m, m.path("top/f"+strconv.Itoa(file)), stats)
+		n := rootLookupCalls(rec, from)
+		t.Logf("%s: a file made and statted %d times: %d LOOKUP calls as root", what, stats, n)
+		if got := n == 0; got != want {
+			t.Errorf("%s: a file made in a 0700 directory and statted %d times: %d LOOKUP calls as root; want none %v", what, stats, n, want)
 		}
 	}
 }
 
-// TestPrivateDirRootUnsquashed: where root's creations come back owned by
-// root, the server does not squash root, and a 0700 directory (cp -a and
-// tar -x make each one so, and set its mode at the end) is not private:
-// the kernel keeps its entries, and root's path walks through it cost no
-// FUSE LOOKUP each.
+// rootLookupCalls returns the LOOKUP calls with root's credential recorded
+// from index from on.
+func rootLookupCalls(rec *recorder, from int) (n int) {
+	for _, c := range rec.since(from, nfs3.ProcLookup) {
+		if a, err := sunrpc.ParseAuthSys(c.cred); err == nil && a.UID == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPrivateDirRootUnsquashed: a 0700 directory root makes (cp -a and
+// tar -x make each one so, and set its mode at the end) is root's to
+// search: root's path walks through it cost no call (a FUSE LOOKUP each:
+// the kernel keeps no entry there, which other users would walk).
 func TestPrivateDirRootUnsquashed(t *testing.T) {
 	srv := startGoNFS(t, backendDisk) // go-nfs makes root's objects root's
 	check(t, os.Chmod(srv.Dir, 0o755))
@@ -195,9 +208,9 @@ func TestPrivateDirRootUnsquashed(t *testing.T) {
 		l += makeAndStat(t, m, m.path("top/d/f"+strconv.Itoa(i)), stats)
 	}
 	t.Logf("%d files made and statted %d times each in 0700 directories: %d FUSE LOOKUPs", n, stats, l)
-	// One per file: the kernel's look for the name before it creates it.
-	if l > n+2 {
-		t.Errorf("%d files made and statted %d times each in 0700 directories of a server that does not squash root: %d FUSE LOOKUPs, want about %d (one per new name)", n, stats, l, n)
+	// Two private directories on each walk.
+	if l > 2*n*(1+stats) {
+		t.Errorf("%d files made and statted %d times each in 0700 directories: %d FUSE LOOKUPs, want at most %d (one per private directory walked)", n, stats, l, 2*n*(1+stats))
 	}
 	if c := len(rec.since(from, nfs3.ProcLookup)); c != 0 {
 		t.Errorf("%d LOOKUP calls, want 0", c)
@@ -209,9 +222,9 @@ func TestPrivateDirRootUnsquashed(t *testing.T) {
 // inode: root's mkdir (owned by uid 0: the server did not squash root)
 // says nothing of another user's 0700 directory. Once the export squashes
 // root, the owner's walk there leaves the kernel no entry for root to use,
-// and root's stat is refused (EACCES) as on the Linux client. The
-// directory root made stays public while its verdict holds, and root's
-// search is asked again once its attributes time out.
+// and root's stat is refused (EACCES) as on the Linux client. Root's walks
+// in the directory it made are answered without a call while its verdict
+// holds, and root's search is asked again once its attributes time out.
 func TestPrivateDirSquashSwitched(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	check(t, os.Chmod(srv.Dir, 0o755))
@@ -227,7 +240,7 @@ func TestPrivateDirSquashSwitched(t *testing.T) {
 	})
 	check(t, os.Chmod(filepath.Dir(m.dir), 0o755))
 	check(t, os.Mkdir(m.path("top"), 0o700))
-	public := topPublic(t, m)
+	public := topAnswered(t, m, rec)
 	public("root's own directory", true)
 
 	// exportfs -o root_squash: root's LOOKUPs refused.
@@ -254,14 +267,7 @@ func TestPrivateDirSquashSwitched(t *testing.T) {
 	public("root's own directory, its verdict held", true)
 
 	refuseRoot(false)
-	rootLookups := func(from int) (n int) {
-		for _, c := range rec.since(from, nfs3.ProcLookup) {
-			if a, err := sunrpc.ParseAuthSys(c.cred); err == nil && a.UID == 0 {
-				n++
-			}
-		}
-		return n
-	}
+	rootLookups := func(from int) int { return rootLookupCalls(rec, from) }
 	from := rec.mark()
 	makeAndStat(t, m, m.path("top/before"), 3)
 	if n := rootLookups(from); n != 0 {

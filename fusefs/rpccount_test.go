@@ -41,6 +41,10 @@ type recorder struct {
 	// post-op attributes) instead of being sent, as a squashing server
 	// answers them.
 	refuse func(sentCall) bool
+	// grant, if set, limits the rights an ACCESS reply grants to those
+	// it returns for the call (as a server's ACL or squashing would):
+	// the granted bits are ANDed with it.
+	grant func(sentCall) uint32
 	// readDelay, if set, holds each READ that long before sending it (a
 	// slow server: concurrent requests overlap as on the test bed).
 	readDelay time.Duration
@@ -50,8 +54,15 @@ func (r *recorder) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.
 	if c, ok := parseCall(req); ok {
 		r.mu.Lock()
 		r.calls = append(r.calls, c)
-		refuse, delay := r.refuse, r.readDelay
+		refuse, delay, grant := r.refuse, r.readDelay, r.grant
 		r.mu.Unlock()
+		if c.proc == nfs3.ProcAccess && grant != nil && (refuse == nil || !refuse(c)) {
+			rep, err := r.Transport.RoundTrip(ctx, req)
+			if err == nil {
+				limitAccess(rep.Inline, grant(c))
+			}
+			return rep, err
+		}
 		if c.proc == nfs3.ProcRead && delay > 0 {
 			time.Sleep(delay)
 		}
@@ -67,6 +78,22 @@ func (r *recorder) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.
 		}
 	}
 	return r.Transport.RoundTrip(ctx, req)
+}
+
+// limitAccess ANDs the rights of an ACCESS reply b (a whole RPC reply) that
+// succeeded with mask.
+func limitAccess(b []byte, mask uint32) {
+	// xid, REPLY, MSG_ACCEPTED, the verifier (flavor, length, body),
+	// SUCCESS, then nfsstat3; the rights are the last word of ACCESS3resok.
+	if len(b) < 20 {
+		return
+	}
+	st := 20 + int(binary.BigEndian.Uint32(b[16:])+3)&^3 + 4
+	if len(b) < st+4 || binary.BigEndian.Uint32(b[st:]) != 0 {
+		return
+	}
+	w := b[len(b)-4:]
+	binary.BigEndian.PutUint32(w, binary.BigEndian.Uint32(w)&mask)
 }
 
 // since returns the calls of proc recorded from index from on.
