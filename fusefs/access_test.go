@@ -203,3 +203,43 @@ func TestRPCAccessCat(t *testing.T) {
 		t.Errorf("uid 1003's ls -l: %d ACCESS, want 1 (the directory's)", got[nfs3.ProcAccess])
 	}
 }
+
+// TestAccessExecTruncate: execve(2) of a file is decided by the server's
+// EXECUTE right (the kernel's exec open carries __FMODE_EXEC), and
+// truncate(2) by path by its MODIFY right, though the mode bits allow
+// both.
+func TestAccessExecTruncate(t *testing.T) {
+	m, rec, dir := accessMount(t, nil)
+	bin, err := os.ReadFile("/bin/true")
+	check(t, err)
+	check(t, os.WriteFile(filepath.Join(dir, "prog"), bin, 0o777))
+	check(t, os.Chmod(filepath.Join(dir, "prog"), 0o777))
+	check(t, os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o666))
+	check(t, os.Chmod(filepath.Join(dir, "f"), 0o666))
+	if out, err := shAs(1002, `"$0"`, m.path("prog")); err != nil {
+		t.Fatalf("uid 1002 runs the program before the server refuses it: %v: %s", err, out)
+	}
+	rec.mu.Lock()
+	rec.grant = func(c sentCall) uint32 {
+		if callUID(c) == 1001 {
+			return ^uint32(nfs3.AccessExecute | nfs3.AccessModify | nfs3.AccessExtend)
+		}
+		return ^uint32(0)
+	}
+	rec.mu.Unlock()
+	if out, err := shAs(1001, `"$0"`, m.path("prog")); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("uid 1001 runs a program the server does not let it execute: %v: %q; want EACCES", err, out)
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3, for truncate(2) by path: ", err)
+	}
+	if out, err := shAs(1001, `python3 -c 'import os, sys; os.truncate(sys.argv[1], 0)' "$0"`, m.path("f")); err == nil || !strings.Contains(out, "Permission denied") {
+		t.Errorf("uid 1001's truncate(2) of a file the server does not let it write: %v: %s; want EACCES", err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "data" {
+		t.Errorf("the server's file after a refused truncate: %q, %v", b, err)
+	}
+	if out, err := shAs(1002, `"$0" && python3 -c 'import os, sys; os.truncate(sys.argv[1], 1)' "$1"`, m.path("prog"), m.path("f")); err != nil {
+		t.Errorf("uid 1002, whom the server lets, runs and truncates: %v: %s", err, out)
+	}
+}

@@ -11,9 +11,8 @@ import (
 // trip between the application's system call and the mount server (through
 // the kernel's FUSE device), whether or not it needs an NFS call. Beside the
 // RPC counts they show where an operation costs more trips than its RPCs:
-// a mkdir is a LOOKUP of the new name, the MKDIR and the kernel's GETATTR
-// of the parent (default_permissions re-reads the attributes of a
-// directory that changed), one RPC in three requests.
+// a mkdir is a LOOKUP of the new name and the MKDIR, one RPC in two
+// requests.
 
 // FUSEOp is one kind of FUSE request's counters.
 type FUSEOp struct {
