@@ -180,16 +180,16 @@ func TestRPCAccessCat(t *testing.T) {
 	}
 	cat := `for f; do cat "$f" >/dev/null || exit 1; done`
 	got := count("uid 1001's cat of 100 files", 1001, cat, append([]string{"sh"}, args...)...)
-	if got[nfs3.ProcAccess] != files {
-		t.Errorf("uid 1001's first cat of %d files: %d ACCESS, want %d", files, got[nfs3.ProcAccess], files)
+	if got[nfs3.ProcAccess] != files || got[nfs3.ProcGetattr] != 0 {
+		t.Errorf("uid 1001's first cat of %d files: %d ACCESS and %d GETATTR, want %d and 0 (the LOOKUP's or listing's attributes are the revalidation)", files, got[nfs3.ProcAccess], got[nfs3.ProcGetattr], files)
 	}
 	got = count("uid 1001's cat again", 1001, cat, append([]string{"sh"}, args...)...)
 	if got[nfs3.ProcAccess] != 0 {
 		t.Errorf("uid 1001's second cat of %d files: %d ACCESS, want 0", files, got[nfs3.ProcAccess])
 	}
 	got = count("uid 1002's cat", 1002, cat, append([]string{"sh"}, args...)...)
-	if got[nfs3.ProcAccess] != files {
-		t.Errorf("uid 1002's cat of %d files: %d ACCESS, want %d", files, got[nfs3.ProcAccess], files)
+	if got[nfs3.ProcAccess] != files || got[nfs3.ProcGetattr] != 0 {
+		t.Errorf("uid 1002's cat of %d files: %d ACCESS and %d GETATTR, want %d and 0 (the ACCESS is the close-to-open revalidation)", files, got[nfs3.ProcAccess], got[nfs3.ProcGetattr], files)
 	}
 	// The server changes a file's mode: its rights are asked again at
 	// the next open (whose revalidation shows the change).

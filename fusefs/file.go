@@ -134,7 +134,9 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	keep, typ := n.lookupKeep, n.attrs.attr.Type
 	n.lookupAt = time.Time{}
 	n.mu.Unlock()
-	if recent {
+	if recent && accessAttr == nil {
+		// (The attributes of an ACCESS made for this open are newer:
+		// they are its revalidation below.)
 		if typ != nfs3.TypeReg {
 			return nil, 0, syscall.EINVAL
 		}
@@ -192,7 +194,8 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		n.markGone(err)
 		return nil, 0, toErrno(err)
 	}
-	changed := n.setAttr(&a)
+	// (After a LOOKUP that showed the data changed, that counts too.)
+	changed := n.setAttr(&a) || recent && !keep
 	if errno := n.recheckOpenAccess(ctx, flags, accessAttr != nil); errno != 0 {
 		return nil, 0, errno
 	}
