@@ -55,10 +55,25 @@ import (
 //     class may search is walked from the kernel's cache as before: there
 //     an ACL entry that denies one user search, which the mode bits do not
 //     show, is not applied to names another user's walk left cached
-//     (within the directory's attribute timeout).
+//     (within the directory's attribute timeout). On a mount only its
+//     user may enter, FUSE lets in one uid and gid: its processes differ
+//     at most by their groups, and no directory is treated so.
 //   - Creating, removing and renaming names, and every SETATTR, are
 //     decided by the server when made, as on the kernel client (FUSE sends
 //     them without a check of its own when default_permissions is off).
+//
+// Unlike the kernel client, an entry is not dropped for a caller whose
+// login session began after it (the kernel's nfs_access_login_time): it
+// lapses with the attribute timeout instead.
+//
+// The scenarios that would catch these breaking: TestAccessServerDenies
+// (an entry kept and used per credential), TestRPCAccessCat (one ACCESS
+// per file and user, none more while the attributes hold, asked again
+// when the server's chmod shows), TestRootOpenOneCall and TestCloseToOpen
+// (the ACCESS as the revalidation, and not past a change),
+// TestPrivateDirMadeByRoot (rights kept across the mount's own creations),
+// TestAccessPrivateWalk and TestPrivateDirRoot (walks), and the guest's
+// TestAccessServerDecides against the kernel's mount.
 
 // accessEntry is what the server said of one credential's rights on an
 // object.
