@@ -64,7 +64,7 @@ import (
 //
 // Unlike the kernel client, an entry is not dropped for a caller whose
 // login session began after it (the kernel's nfs_access_login_time): it
-// lapses with the attribute timeout instead.
+// lapses once the object's attributes time out before its next use.
 //
 // The scenarios that would catch these breaking: TestAccessServerDenies
 // (an entry kept and used per credential), TestRPCAccessCat (one ACCESS
