@@ -2,6 +2,8 @@ package fusefs
 
 import (
 	"context"
+	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -58,6 +60,9 @@ import (
 //     (within the directory's attribute timeout). On a mount only its
 //     user may enter, FUSE lets in one uid and gid: its processes differ
 //     at most by their groups, and no directory is treated so.
+//   - link(2) with fs.protected_hardlinks: a caller that does not own the
+//     file links to it only if the server lets it read and write it
+//     (mayLink; the kernel makes the rest of that check).
 //   - Creating, removing and renaming names, and every SETATTR, are
 //     decided by the server when made, as on the kernel client (FUSE sends
 //     them without a check of its own when default_permissions is off).
@@ -488,4 +493,38 @@ func (n *node) carryAccessLocked(w *nfs3.WccData) {
 			n.acc[k] = e
 		}
 	}
+}
+
+// protectedHardlinks is where the kernel says whether link(2) is
+// restricted (fs.protected_hardlinks); tests may point it elsewhere.
+var protectedHardlinks = "/proc/sys/fs/protected_hardlinks"
+
+// mayLink is the part of the kernel's check of a hard link to n
+// (may_linkat, with fs.protected_hardlinks set) that it leaves to the
+// file system without default_permissions: a caller that neither owns
+// the file nor is root may link to it only if it may read and write it,
+// as the server says (the kernel client asks ACCESS there). The rest of
+// that check (the owner, the file's type and set-ID bits) the kernel has
+// made. Refused: EPERM, as the kernel's.
+func (n *node) mayLink(ctx context.Context, caller *fuse.Caller) syscall.Errno {
+	if caller == nil || caller.Uid == 0 {
+		return 0
+	}
+	n.mu.Lock()
+	a := n.attrs.attr
+	n.mu.Unlock()
+	if a.UID == caller.Uid || a.Type != nfs3.TypeReg {
+		return 0
+	}
+	b, err := os.ReadFile(protectedHardlinks)
+	if err != nil || strings.TrimSpace(string(b)) == "0" {
+		return 0
+	}
+	if _, errno := n.checkAccess(ctx, mayRead|mayWrite, false); errno != 0 {
+		if errno == syscall.EACCES {
+			return syscall.EPERM
+		}
+		return errno
+	}
+	return 0
 }

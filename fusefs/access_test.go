@@ -243,3 +243,35 @@ func TestAccessExecTruncate(t *testing.T) {
 		t.Errorf("uid 1002, whom the server lets, runs and truncates: %v: %s", err, out)
 	}
 }
+
+// TestAccessHardlinkProtected: with fs.protected_hardlinks, a user that
+// does not own a file may link to it only if the server lets it read and
+// write it: EPERM otherwise, as the kernel client's ACCESS makes it.
+func TestAccessHardlinkProtected(t *testing.T) {
+	if b, err := os.ReadFile(protectedHardlinks); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Skipf("fs.protected_hardlinks is not 1 here: %q, %v", b, err)
+	}
+	m, rec, dir := accessMount(t, nil)
+	check(t, os.Mkdir(filepath.Join(dir, "d"), 0o777))
+	check(t, os.Chmod(filepath.Join(dir, "d"), 0o777))
+	for _, f := range []string{"a", "b"} {
+		check(t, os.WriteFile(filepath.Join(dir, "d", f), []byte("x"), 0o666))
+		check(t, os.Chmod(filepath.Join(dir, "d", f), 0o666))
+		check(t, os.Chown(filepath.Join(dir, "d", f), 1001, 1001))
+	}
+	rec.mu.Lock()
+	rec.grant = func(c sentCall) uint32 {
+		if callUID(c) == 1002 {
+			return ^uint32(nfs3.AccessModify | nfs3.AccessExtend)
+		}
+		return ^uint32(0)
+	}
+	rec.mu.Unlock()
+	if out, err := shAs(1002, `ln "$0" "$1"`, m.path("d/a"), m.path("d/la")); err == nil || !strings.Contains(out, "Operation not permitted") {
+		t.Errorf("uid 1002 links to a file the server does not let it write: %v: %q; want EPERM", err, out)
+	}
+	// (go-nfs's LINK itself fails: only this mount's check is looked at.)
+	if out, _ := shAs(1003, `ln "$0" "$1"`, m.path("d/b"), m.path("d/lb")); strings.Contains(out, "Operation not permitted") {
+		t.Errorf("uid 1003 links to a file the server lets it read and write: %q; want no EPERM", out)
+	}
+}

@@ -193,6 +193,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno
 	}
 	n.dropPlus(name)
+	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -201,6 +202,9 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
+	}
+	if errno := t.mayLink(ctx, caller); errno != 0 {
+		return nil, errno
 	}
 	var r nfs3.LinkResult
 	err := n.do(ctx, func(dir nfs3.FileHandle) error {
