@@ -280,6 +280,15 @@ func (n *node) checkAccess(ctx context.Context, mask uint32, keep bool) (*nfs3.A
 	if !ok {
 		return nil, syscall.EACCES
 	}
+	if keep && known && !allowed {
+		// An open revalidates the file before the kernel client's
+		// permission check (close-to-open): a refusal is not taken
+		// from the cache, the ACCESS asked again is that
+		// revalidation (another client's chmod since is seen). A
+		// grant is checked again after the revalidation instead
+		// (recheckOpenAccess).
+		known = false
+	}
 	if known {
 		if !allowed {
 			return nil, syscall.EACCES

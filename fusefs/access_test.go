@@ -47,8 +47,8 @@ func accessMount(t *testing.T, o *Options) (*mounted, *recorder, string) {
 // as a POSIX ACL entry u:1002:--- on a 0644 file does) cannot open the
 // file for reading, though another user's read left its pages in the
 // kernel's cache and the mode bits let others read; nor list a directory
-// it may not read; access(2) says the same. Each caller's ACCESS is asked
-// once per object and kept.
+// it may not read; access(2) says the same. A refused open asks again
+// (its revalidation); other answers are kept.
 func TestAccessServerDenies(t *testing.T) {
 	m, rec, dir := accessMount(t, nil)
 	check(t, os.WriteFile(filepath.Join(dir, "f"), []byte("secret"), 0o644))
@@ -87,8 +87,11 @@ func TestAccessServerDenies(t *testing.T) {
 			n++
 		}
 	}
-	if n != 2 {
-		t.Errorf("uid 1002's 3 opens, listings and access(2) sent %d ACCESS calls, want 2 (one per object, kept)", n)
+	// The directory's answer is kept (listings, and access(2) of the
+	// file after the first open's); each refused open asks again, as
+	// the revalidation the kernel client makes before its check.
+	if n != 4 {
+		t.Errorf("uid 1002's 3 opens, listings and access(2) sent %d ACCESS calls, want 4 (one per open, one for the directory)", n)
 	}
 	if out, err := shAs(1001, `cat "$0"`, m.path("f")); err != nil || out != "secret" {
 		t.Errorf("uid 1001 reads again: %v: %q", err, out)
@@ -273,5 +276,33 @@ func TestAccessHardlinkProtected(t *testing.T) {
 	// (go-nfs's LINK itself fails: only this mount's check is looked at.)
 	if out, _ := shAs(1003, `ln "$0" "$1"`, m.path("d/b"), m.path("d/lb")); strings.Contains(out, "Operation not permitted") {
 		t.Errorf("uid 1003 links to a file the server lets it read and write: %q; want no EPERM", out)
+	}
+}
+
+// TestAccessRefusalRevalidated: an open refused before is asked again,
+// not refused from the cache, as the kernel client's open revalidates
+// the file first: another client's chmod that lets the user in since is
+// seen at once.
+func TestAccessRefusalRevalidated(t *testing.T) {
+	m, rec, dir := accessMount(t, nil)
+	check(t, os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644))
+	var refuse bool
+	rec.mu.Lock()
+	refuse = true
+	rec.grant = func(c sentCall) uint32 {
+		if callUID(c) == 1002 && refuse {
+			return 0
+		}
+		return ^uint32(0)
+	}
+	rec.mu.Unlock()
+	if _, err := shAs(1002, `cat "$0"`, m.path("f")); err == nil {
+		t.Fatal("uid 1002 read a file the server refuses it")
+	}
+	rec.mu.Lock()
+	refuse = false
+	rec.mu.Unlock()
+	if out, err := shAs(1002, `cat "$0"`, m.path("f")); err != nil {
+		t.Errorf("uid 1002's open after the server lets it in: %v: %s; want it read", err, out)
 	}
 }
