@@ -103,6 +103,63 @@ func semPermScenarios() []semScenario {
 			"this u1002 append g: open=EACCES",
 		},
 	}, {
+		// An ACL entry that grants what the mode bits (the group
+		// class's are the mask) do not give the user's class.
+		name:   "perm/acl-grant",
+		export: exportDir,
+		setup: semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o600, content: "granted\n", acl: "u:1002:rw-"},
+			semFileSpec{name: "x", uid: 1001, gid: 1001, mode: 0o700, content: "#!/bin/sh\necho ran\n", acl: "u:1002:r-x"}),
+		steps: func(s *semRun) {
+			s.do("this", semU2, "stat f", semStatOf("f"))
+			s.do("this", semU2, "read f", semReadOf("f"))
+			s.do("this", semU2, "append f", semWriteOf("f", semAppend, 0, "by 1002\n"))
+			s.do("this", semU3, "read f", semReadOf("f"))
+			s.do("this", semU2, "access x X_OK", func(d string) string { return en(unix.Access(filepath.Join(d, "x"), unix.X_OK)) })
+			s.do("this", semU3, "access x X_OK", func(d string) string { return en(unix.Access(filepath.Join(d, "x"), unix.X_OK)) })
+			s.do("this", semU1, "read f", semReadOf("f"))
+		},
+		kernelWant: []string{
+			"this u1002 read f: open=ok read=ok",
+			"this u1002 append f: open=ok write=ok close=ok",
+			"this u1003 read f: open=EACCES",
+		},
+	}, {
+		// A default ACL on the directory: the server gives the new
+		// file its entries, and the mode the creator's umask would
+		// not have given.
+		name:   "perm/acl-default-inherited",
+		export: exportDir,
+		setup: func(s *semRun) error {
+			d := filepath.Join(s.srv, "d")
+			if err := os.Mkdir(d, 0o777); err != nil {
+				return err
+			}
+			if out, err := exec.Command("setfacl", "-d", "-m", "u::rwx,g::rwx,o::rx,u:1002:rw-", d).CombinedOutput(); err != nil {
+				return fmt.Errorf("setfacl -d: %v: %s", err, out)
+			}
+			return nil
+		},
+		steps: func(s *semRun) {
+			s.do("this", semU1, "create d/f with umask 022", func(d string) string {
+				// umask is per process: this thread gets a file
+				// system context of its own (it ends with it).
+				if err := unix.Unshare(unix.CLONE_FS); err != nil {
+					return "unshare: " + en(err)
+				}
+				unix.Umask(0o022)
+				return semWrite(filepath.Join(d, "d", "f"), semCreate, 0o666, "inherits\n")
+			})
+			s.do("this", semU1, "stat d/f", semStatOf("d/f"))
+			s.do("server", semRoot, "getfacl d/f", func(d string) string {
+				out, err := exec.Command("getfacl", "-cp", filepath.Join(d, "d", "f")).CombinedOutput()
+				return en(err) + " " + strings.Join(strings.Fields(string(out)), " ")
+			})
+			s.do("this", semU2, "append d/f", semWriteOf("d/f", semAppend, 0, "by 1002\n"))
+			s.do("this", semU3, "append d/f", semWriteOf("d/f", semAppend, 0, "by 1003\n"))
+			s.do("this", semU1, "read d/f", semReadOf("d/f"))
+		},
+		kernelWant: []string{"this u1002 append d/f: open=ok write=ok close=ok"},
+	}, {
 		name:   "perm/acl-deny-set-later",
 		export: exportDir,
 		setup:  semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o644, content: "secret\n"}),
@@ -485,6 +542,25 @@ func semCTOScenarios() []semScenario {
 		}, "NEW content, v1\n"},
 	}
 	var ss []semScenario
+	// Without the listing: what the open alone must do, to tell a
+	// failure of the listing's from one of the open's.
+	for _, before := range []string{"read", "read-stat"} {
+		c := changes[0]
+		ss = append(ss, semScenario{
+			name:   fmt.Sprintf("cto/%s-then-%s", before, c.name),
+			export: exportDir,
+			setup:  setup,
+			steps: func(s *semRun) {
+				s.do("this", semU1, "read f", semReadOf("f"))
+				if before == "read-stat" {
+					s.do("this", semU1, "stat f", semStatOf("f"))
+				}
+				s.do(c.where, semU2, "change f", c.do)
+				s.do("this", semU1, "read f", semReadOf("f"))
+			},
+			kernelWant: []string{fmt.Sprintf("this u1001 read f: open=ok read=ok %q", c.expect)},
+		})
+	}
 	for _, c := range changes {
 		for _, cached := range []bool{true, false} {
 			name := "cto/ls-l-then-" + c.name
@@ -624,6 +700,35 @@ func semMetaScenarios() []semScenario {
 			s.do("other", semU1, "read h", semReadOf("h"))
 		},
 		kernelWant: []string{"fstat size 4", "f server: 0100644 1001:1001 size 4 nlink 1 mtime new ctime new"},
+	}, {
+		// A stat by the writer while its writes may not have reached
+		// the server yet: the size and mtime are the written file's
+		// (the kernel client writes its dirty pages back before it
+		// answers a stat of the file).
+		name:   "meta/stat-while-writing",
+		export: ins,
+		setup:  semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o644, content: "0123456789\n"}),
+		steps: func(s *semRun) {
+			s.do("this", semU1, "write f, stat before close", func(d string) string {
+				p := filepath.Join(d, "f")
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					return "open=" + en(err)
+				}
+				defer f.Close()
+				if _, err := f.Write([]byte("more\n")); err != nil {
+					return "write=" + en(err)
+				}
+				var st unix.Stat_t
+				if err := unix.Lstat(p, &st); err != nil {
+					return "lstat=" + en(err)
+				}
+				mt := time.Unix(st.Mtim.Unix())
+				return fmt.Sprintf("size %d mtime moved %v close=%s", st.Size, !mt.Equal(semFixed), en(f.Close()))
+			})
+			s.meta("f", false)
+		},
+		kernelWant: []string{"write f, stat before close: size 16 mtime moved true close=ok"},
 	}, {
 		name:   "meta/write-seen-by-other-after-close",
 		export: ins,
