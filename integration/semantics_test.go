@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -386,9 +388,10 @@ func (b *semBed) mount(kind, export, opts string) string {
 // listed pattern that no longer differs fails the test.
 var semKnownDiffs = map[string]string{}
 
-// TestSemantics runs every scenario on the kernel's mount and on ours and
-// fails for each whose transcripts differ, or where ours took longer than
-// the kernel's by more than the window recorded with it.
+// TestSemantics runs every scenario on the kernel's mount and on ours, as
+// a subtest of its own (-test.run 'TestSemantics/cto' runs a class), and
+// fails each whose transcripts differ, or where ours took longer than the
+// kernel's by more than the window recorded with the time.
 func TestSemantics(t *testing.T) {
 	bed := &semBed{t: t, bin: mountBinary(t), mounts: map[string]string{}}
 	old := syscall.Umask(0)
@@ -396,88 +399,133 @@ func TestSemantics(t *testing.T) {
 	top := fmt.Sprintf("sem-%d", os.Getpid())
 	started := time.Now()
 	differs := map[string]bool{}
+	var ran []string
 	var same, diffs, known int
 	for i, sc := range semScenarios() {
+		if !semSelected(sc.name) {
+			continue
+		}
 		if err := os.MkdirAll(filepath.Join(sc.export, top), 0o777); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Chmod(filepath.Join(sc.export, top), 0o777); err != nil {
 			t.Fatal(err)
 		}
-		ctop := time.Now()
-		var outs [2]*semRun
-		for j, kind := range []string{"kernel", "ours"} {
-			this := bed.mount(kind, sc.export, sc.opts)
-			other := bed.mount("other", sc.export, sc.opts)
-			sub := filepath.Join(top, fmt.Sprintf("%s-%02d", kind[:1], i))
-			s := &semRun{t: t, srv: filepath.Join(sc.export, sub), mnt: filepath.Join(this, sub),
-				other: filepath.Join(other, sub), took: map[string]semTook{}}
-			if err := os.Mkdir(s.srv, 0o777); err != nil {
-				t.Fatal(err)
+		// The mounts are the whole test's, made here (in the test's
+		// own goroutine) as the scenarios need them.
+		mounts := map[string]string{"other": bed.mount("other", sc.export, sc.opts)}
+		for _, kind := range []string{"kernel", "ours"} {
+			mounts[kind] = bed.mount(kind, sc.export, sc.opts)
+		}
+		t.Run(sc.name, func(t *testing.T) {
+			ran = append(ran, sc.name)
+			ctop := time.Now()
+			var outs [2]*semRun
+			for j, kind := range []string{"kernel", "ours"} {
+				this := mounts[kind]
+				sub := filepath.Join(top, fmt.Sprintf("%s-%02d", kind[:1], i))
+				s := &semRun{t: t, srv: filepath.Join(sc.export, sub), mnt: filepath.Join(this, sub),
+					other: filepath.Join(mounts["other"], sub), took: map[string]semTook{}}
+				if err := os.Mkdir(s.srv, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				if sc.setup != nil {
+					if err := sc.setup(s); err != nil {
+						t.Fatalf("setup: %v", err)
+					}
+				}
+				var stop func()
+				if kind == "ours" {
+					stop = watchMount(t, this, 2*time.Minute)
+				}
+				s.start = time.Now()
+				sc.steps(s)
+				if stop != nil {
+					stop()
+				}
+				outs[j] = s
 			}
-			if sc.setup != nil {
-				if err := sc.setup(s); err != nil {
-					t.Fatalf("%s: setup: %v", sc.name, err)
+			k, o := outs[0].out.String(), outs[1].out.String()
+			if strings.Contains(k+o, "credential:") {
+				t.Fatalf("a user's credentials could not be set:\nkernel:\n%sours:\n%s", k, o)
+			}
+			for _, w := range sc.kernelWant {
+				if !strings.Contains(k, w) {
+					t.Errorf("the kernel's transcript lacks %q: the scenario does not test what it says:\n%s", w, k)
 				}
 			}
-			var stop func()
-			if kind == "ours" {
-				stop = watchMount(t, this, 2*time.Minute)
+			var slow []string
+			for _, label := range slices.Sorted(maps.Keys(outs[0].took)) {
+				kd, od, w := outs[0].took[label].d, outs[1].took[label].d, outs[0].took[label].window
+				t.Logf("%s: kernel %v, ours %v", label, kd.Round(time.Millisecond), od.Round(time.Millisecond))
+				if od > kd+w {
+					slow = append(slow, fmt.Sprintf("%s: ours %v, the kernel's %v (window %v)", label,
+						od.Round(time.Millisecond), kd.Round(time.Millisecond), w))
+				}
 			}
-			s.start = time.Now()
-			sc.steps(s)
-			if stop != nil {
-				stop()
+			took := time.Since(ctop).Round(100 * time.Millisecond)
+			if k == o && len(slow) == 0 {
+				same++
+				t.Logf("same (%v):\n%s", took, k)
+				return
 			}
-			outs[j] = s
-		}
-		k, o := outs[0].out.String(), outs[1].out.String()
-		if strings.Contains(k+o, "credential:") {
-			t.Fatalf("%s: a user's credentials could not be set:\nkernel:\n%sours:\n%s", sc.name, k, o)
-		}
-		for _, w := range sc.kernelWant {
-			if !strings.Contains(k, w) {
-				t.Errorf("%s: the kernel's transcript lacks %q: the scenario does not test what it says:\n%s", sc.name, w, k)
+			differs[sc.name] = true
+			why := ""
+			for pat, reason := range semKnownDiffs {
+				if ok, _ := path.Match(pat, sc.name); ok {
+					why = reason
+				}
 			}
-		}
-		var slow []string
-		for _, label := range slices.Sorted(maps.Keys(outs[0].took)) {
-			kd, od, w := outs[0].took[label].d, outs[1].took[label].d, outs[0].took[label].window
-			t.Logf("%s: %s: kernel %v, ours %v", sc.name, label, kd.Round(time.Millisecond), od.Round(time.Millisecond))
-			if od > kd+w {
-				slow = append(slow, fmt.Sprintf("%s: ours %v, the kernel's %v (window %v)", label,
-					od.Round(time.Millisecond), kd.Round(time.Millisecond), w))
+			report := fmt.Sprintf("differs (%v):\n%s%s", took, semDiff(k, o), strings.Join(slow, "\n"))
+			if why != "" {
+				known++
+				t.Logf("%s\nknown: %s", report, why)
+				return
 			}
-		}
-		took := time.Since(ctop).Round(100 * time.Millisecond)
-		if k == o && len(slow) == 0 {
-			same++
-			t.Logf("%s: same (%v):\n%s", sc.name, took, k)
-			continue
-		}
-		differs[sc.name] = true
-		why := ""
-		for pat, reason := range semKnownDiffs {
-			if ok, _ := path.Match(pat, sc.name); ok {
-				why = reason
-			}
-		}
-		report := fmt.Sprintf("%s (%s) differs:\n%s%s", sc.name, took, semDiff(k, o), strings.Join(slow, "\n"))
-		if why != "" {
-			known++
-			t.Logf("%s\nknown: %s", report, why)
-			continue
-		}
-		diffs++
-		t.Error(report)
+			diffs++
+			t.Error(report)
+		})
+	}
+	if len(ran) == 0 {
+		t.Fatal("no scenario selected")
 	}
 	for pat := range semKnownDiffs {
+		if !slices.ContainsFunc(ran, func(n string) bool { ok, _ := path.Match(pat, n); return ok }) {
+			continue // not run
+		}
 		if !slices.ContainsFunc(slices.Collect(maps.Keys(differs)), func(n string) bool { ok, _ := path.Match(pat, n); return ok }) {
 			t.Errorf("known difference %q no longer differs: remove it from semKnownDiffs", pat)
 		}
 	}
-	t.Logf("%d scenarios in %.1f s: %d same, %d differ (%d of them known)", same+diffs+known,
+	t.Logf("%d scenarios in %.1f s: %d same, %d differ (%d of them known)", len(ran),
 		time.Since(started).Seconds(), same, diffs+known, known)
+}
+
+// semSelected reports whether -test.run may select the scenario name (a
+// subtest of TestSemantics), so that only the mounts of the scenarios run
+// are made. Like the testing package, it matches each slash-separated
+// element of the pattern after the first with the name's element; when in
+// doubt it says yes (the subtest itself is then filtered by testing).
+func semSelected(name string) bool {
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	elems := strings.Split(f.Value.String(), "/")
+	parts := strings.Split(name, "/")
+	for i, e := range elems[1:] {
+		if i >= len(parts) {
+			break
+		}
+		re, err := regexp.Compile(e)
+		if err != nil || strings.ContainsAny(e, "|[") {
+			return true // alternatives across elements: let testing decide
+		}
+		if !re.MatchString(parts[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // semDiff shows two transcripts line by line, marking the lines that
