@@ -730,6 +730,38 @@ func semMetaScenarios() []semScenario {
 		},
 		kernelWant: []string{"write f, stat before close: size 16 mtime moved true close=ok"},
 	}, {
+		// The other client changes the file's mode, owner, times and
+		// size after this mount listed it (ls -l: the attributes are
+		// cached): an open asks the server, so what the open file
+		// shows is the server's.
+		name:   "meta/other-changes-seen-at-open",
+		export: ins,
+		setup:  semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o644, content: "0123456789\n"}),
+		steps: func(s *semRun) {
+			s.do("this", semU1, "ls -l", func(d string) string { return semLsL(d) })
+			s.do("other", semRoot, "chown f 1002:1001", semChown("f", 1002, 1001))
+			s.do("other", semRoot, "chmod f 0640", semChmod("f", 0o640))
+			s.do("other", semRoot, "truncate f 3", func(d string) string { return en(syscall.Truncate(filepath.Join(d, "f"), 3)) })
+			s.do("other", semRoot, "utimes f", func(d string) string {
+				ts := []unix.Timespec{{Sec: 1_200_000_000, Nsec: 1}, {Sec: 1_300_000_000, Nsec: 2}}
+				return en(unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(d, "f"), ts, 0))
+			})
+			s.do("this", semU1, "open+fstat f", func(d string) string {
+				f, err := os.Open(filepath.Join(d, "f"))
+				if err != nil {
+					return "open=" + en(err)
+				}
+				defer f.Close()
+				var st unix.Stat_t
+				if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+					return "fstat=" + en(err)
+				}
+				return fmt.Sprintf("%07o %d:%d size %d mtime %d.%09d", st.Mode, st.Uid, st.Gid, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+			})
+			s.meta("f", false)
+		},
+		kernelWant: []string{"this u1001 open+fstat f: 0100640 1002:1001 size 3 mtime 1300000000.000000002"},
+	}, {
 		name:   "meta/write-seen-by-other-after-close",
 		export: ins,
 		setup:  semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o644, content: "0123456789\n"}),
