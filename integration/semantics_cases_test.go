@@ -181,6 +181,28 @@ func semPermScenarios() []semScenario {
 			"this u1002 read f: open=EACCES",
 		},
 	}, {
+		// The owner takes the others' read right away on the other
+		// client: this mount's next open by another user asks the
+		// server for the file's attributes (close-to-open) and is
+		// refused, whether or not a listing brought them before.
+		name:   "perm/mode-changed-elsewhere",
+		export: exportDir,
+		setup:  semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o644, content: "was public\n"}),
+		steps: func(s *semRun) {
+			s.do("this", semU2, "read f", semReadOf("f"))
+			s.do("other", semU1, "chmod f 0600", semChmod("f", 0o600))
+			s.do("this", semU2, "read f", semReadOf("f"))
+			s.do("other", semU1, "chmod f 0644", semChmod("f", 0o644))
+			s.do("this", semU2, "read f", semReadOf("f"))
+			s.do("this", semU2, "ls -l", func(d string) string { return semLsL(d) })
+			s.do("other", semU1, "chmod f 0600", semChmod("f", 0o600))
+			s.do("this", semU2, "read f after ls -l", semReadOf("f"))
+		},
+		kernelWant: []string{
+			"this u1002 read f: open=EACCES",
+			"this u1002 read f after ls -l: open=EACCES",
+		},
+	}, {
 		name:   "perm/17th-group",
 		export: exportDir,
 		setup: func(s *semRun) error {
