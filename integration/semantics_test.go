@@ -37,11 +37,18 @@ import (
 // attribute timeout for a name looked up, next to nothing for a listing,
 // which the kernel revalidates when it opens the directory).
 //
-// The classes of scenario here: permissions the server decides (a POSIX
-// ACL's deny entry, a caller's 17th group, which AUTH_SYS cannot carry),
-// all_squash, names made by another client (and when they are seen),
-// close-to-open after a listing, and times and metadata as the other
-// client and the server see them. Locks, O_DIRECT, set-user-ID bits by
+// A scenario is an entry of semScenarios (semantics_cases_test.go): its
+// name (a subtest: -test.run 'TestSemantics/cto' runs one class), export
+// and mount options, a setup made as root in its directory on the server,
+// and its steps, each run by a user on "this" mount, on the "other"
+// client or on the "server" (semRun.do), with what to compare logged
+// (semRun.meta: a file as this mount, the other client and the server
+// show it). The classes here: permissions the server decides (POSIX ACL
+// entries that deny or grant beyond the mode, a default ACL, a caller's
+// 17th group, which AUTH_SYS cannot carry, a mode changed on the other
+// client), all_squash, names made by another client (and when they are
+// seen), close-to-open after a listing, and times and metadata as the
+// other client and the server see them. Locks, O_DIRECT, set-user-ID bits by
 // tar and cp, unlinking or renaming open files, stale handles and
 // root_squash switched live have scenarios of their own
 // (coherence_test.go, opener_test.go, namespace_test.go).
@@ -114,7 +121,8 @@ func (s *semRun) log(format string, args ...any) {
 	fmt.Fprintf(&s.out, format+"\n", args...)
 }
 
-// where names the three views of the scenario's directory.
+// dir returns the view where ("this", "other" or "server") of the
+// scenario's directory.
 func (s *semRun) dir(where string) string {
 	switch where {
 	case "this":
