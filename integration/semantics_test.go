@@ -417,6 +417,9 @@ func TestSemantics(t *testing.T) {
 		if !semSelected(sc.name) {
 			continue
 		}
+		if _, err := os.Stat(filepath.Join(sc.export, top)); os.IsNotExist(err) {
+			t.Cleanup(func() { os.RemoveAll(filepath.Join(sc.export, top)) })
+		}
 		if err := os.MkdirAll(filepath.Join(sc.export, top), 0o777); err != nil {
 			t.Fatal(err)
 		}
