@@ -1,10 +1,15 @@
 package main
 
 import (
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -105,4 +110,108 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		}
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// holdProxy forwards TCP connections on a port of its own to target,
+// holding the calls (client to server) back while hold is set.
+type holdProxy struct {
+	ln   net.Listener
+	hold atomic.Bool
+}
+
+func startHoldProxy(t *testing.T, target string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{ln: ln}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Go(func() {
+				buf := make([]byte, 64<<10)
+				for {
+					k, err := c.Read(buf)
+					for p.hold.Load() {
+						time.Sleep(5 * time.Millisecond)
+					}
+					if k > 0 {
+						if _, err := s.Write(buf[:k]); err != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				s.Close()
+			})
+			wg.Go(func() { io.Copy(c, s); c.Close() })
+		}
+	})
+	t.Cleanup(func() {
+		p.hold.Store(false)
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// End to end over TCP: a server that stops answering is logged "not
+// responding", and "server OK" once it answers again, with the mount point.
+func TestServerOKLogged(t *testing.T) {
+	requireFUSE(t)
+	srv := fusefstest.Start(t, fusefstest.Mem)
+	px := startHoldProxy(t, "127.0.0.1:"+strconv.Itoa(srv.Port))
+	dir := t.TempDir()
+	logf := filepath.Join(t.TempDir(), "server.log")
+	opts := "proto=tcp,port=" + strconv.Itoa(px.ln.Addr().(*net.TCPAddr).Port) + ",mountport=" + strconv.Itoa(srv.Port) +
+		",timeo=2,hard,logfile=" + logf
+	if code, _, errs := cli("nfsrdma-mount", "-o", opts, "127.0.0.1:/", dir); code != 0 {
+		t.Fatalf("mount: %s", errs)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	logged := func(s string) func() bool {
+		return func() bool { b, _ := os.ReadFile(logf); return strings.Contains(string(b), s) }
+	}
+	px.hold.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644) }()
+	waitFor(t, logged("server not responding"), `"server not responding" in the log`)
+	if logged("server OK")() {
+		t.Fatalf("server OK while the server does not answer")
+	}
+	px.hold.Store(false)
+	if err := <-done; err != nil {
+		t.Fatalf("write after the server answered again: %v", err)
+	}
+	waitFor(t, logged(`msg="server OK" mountpoint=`+dir+" server=127.0.0.1"), `"server OK" in the log`)
+	if code, _, errs := cli("nfsrdma-mount", "-u", dir); code != 0 {
+		t.Fatalf("unmount: %s", errs)
+	}
+	b, _ := os.ReadFile(logf)
+	t.Logf("log:\n%s", b)
+	if strings.Count(string(b), "server OK") != 1 {
+		t.Errorf("want one server OK")
+	}
 }
