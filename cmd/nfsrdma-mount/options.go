@@ -101,6 +101,12 @@ type option struct {
 	// hint is what a bad value is told (choice, anyValue); a number's is
 	// its range and unit.
 	hint string
+	// arg is what an anyValue option takes, for the usage ("" and no
+	// value: the bare name).
+	arg string
+	// ignored: accepted and ignored (mount(8)'s and fstab's own, nfs(5)'s
+	// obsolete ones); the usage names them apart.
+	ignored bool
 	// remountOnly: known only after "remount" (the FUSE options mount(8)
 	// passes back from /proc/self/mountinfo); unknown otherwise.
 	remountOnly bool
@@ -172,7 +178,7 @@ func showIf(cond bool, s ...string) []string {
 var optionTable = []option{
 	{names: []string{"vers", "nfsvers"}, value: choice, choices: []string{"3"}, hint: "only NFS version 3 is supported",
 		show: func(*mountOptions) []string { return []string{"vers=3"} }},
-	{names: []string{"proto"}, value: anyValue, hint: "want rdma, rdma6, tcp or tcp6",
+	{names: []string{"proto"}, value: anyValue, arg: "rdma|rdma6|tcp|tcp6", hint: "want rdma, rdma6, tcp or tcp6",
 		set: func(p *optionParser, _, val string, _ int64) error {
 			switch val {
 			case "rdma", "tcp":
@@ -246,8 +252,16 @@ var optionTable = []option{
 	{names: []string{"acregmin", "acregmax", "acdirmin", "acdirmax"}, value: number, lo: 0, hi: 24 * 3600, unit: "seconds",
 		set: func(p *optionParser, name, _ string, n int64) error {
 			d := time.Duration(n) * time.Second
-			*map[string]*time.Duration{"acregmin": &p.o.FS.AcRegMin, "acregmax": &p.o.FS.AcRegMax,
-				"acdirmin": &p.o.FS.AcDirMin, "acdirmax": &p.o.FS.AcDirMax}[name] = d
+			switch name {
+			case "acregmin":
+				p.o.FS.AcRegMin = d
+			case "acregmax":
+				p.o.FS.AcRegMax = d
+			case "acdirmin":
+				p.o.FS.AcDirMin = d
+			default:
+				p.o.FS.AcDirMax = d
+			}
 			return nil
 		},
 		show: func(o *mountOptions) []string {
@@ -302,7 +316,10 @@ var optionTable = []option{
 		show: func(*mountOptions) []string { return []string{"sec=sys"} }},
 	{names: []string{"lookupcache"}, value: choice, choices: []string{"all", "none", "pos", "positive"}, hint: "want all, none or pos",
 		set: func(p *optionParser, _, val string, _ int64) error {
-			p.o.LookupCache = strings.TrimSuffix(val, "itive")
+			p.o.LookupCache = val
+			if val == "positive" {
+				p.o.LookupCache = "pos"
+			}
 			return nil
 		},
 		show: func(o *mountOptions) []string { return []string{"lookupcache=" + o.LookupCache} }},
@@ -337,8 +354,8 @@ var optionTable = []option{
 		p.o.Ignored = append(p.o.Ignored, p.opt)
 		return nil
 	}},
-	{names: []string{"owner", "group", "comment", "x-*"}, value: anyValue, set: (*optionParser).ignore},
-	{names: []string{"logfile"}, value: anyValue, hint: "want an absolute path",
+	{names: []string{"owner", "group", "comment", "x-*"}, value: anyValue, ignored: true, set: (*optionParser).ignore},
+	{names: []string{"logfile"}, value: anyValue, arg: "PATH", hint: "want an absolute path",
 		set: func(p *optionParser, _, val string, _ int64) error {
 			if !strings.HasPrefix(val, "/") {
 				return p.bad("want an absolute path")
@@ -349,11 +366,57 @@ var optionTable = []option{
 	{names: []string{"remount"}, set: func(p *optionParser, _, _ string, _ int64) error { p.o.Remount = true; return nil }},
 	// What mount(8) and fstab pass that does not concern the NFS client.
 	{names: []string{"defaults", "_netdev", "nofail", "auto", "noauto", "nouser", "loud", "silent",
-		"lazytime", "nolazytime", "intr", "nointr", "async"}, set: (*optionParser).ignore},
+		"lazytime", "nolazytime", "intr", "nointr", "async"}, ignored: true, set: (*optionParser).ignore},
 	// The FUSE mount's own options, which mount(8) passes back (from
 	// /proc/self/mountinfo) on a remount.
 	{names: []string{"user_id", "group_id", "default_permissions", "allow_other",
 		"max_read", "blksize", "fd", "rootmode", "fsname", "subtype"}, value: anyValue, remountOnly: true, set: (*optionParser).ignore},
+}
+
+// optionUsage lists the options for the usage: nfs(5)'s and nfsrdma's
+// with what each takes, then mount(8)'s own that the helper ignores.
+func optionUsage() (options, ignored []string) {
+	for _, op := range optionTable {
+		if op.remountOnly {
+			continue
+		}
+		for _, n := range op.names {
+			switch {
+			case op.ignored:
+				ignored = append(ignored, n)
+			case op.value == number:
+				options = append(options, n+"=N")
+			case op.value == choice:
+				options = append(options, n+"="+strings.Join(op.choices, "|"))
+			case op.arg != "":
+				options = append(options, n+"="+op.arg)
+			default:
+				options = append(options, n)
+			}
+		}
+	}
+	return options, ignored
+}
+
+// wrapList joins items with ", " in lines of at most width columns.
+func wrapList(items []string, width int) string {
+	var b strings.Builder
+	col := 0
+	for i, it := range items {
+		if i < len(items)-1 {
+			it += ","
+		}
+		if col > 0 && col+1+len(it) > width {
+			b.WriteString("\n")
+			col = 0
+		} else if col > 0 {
+			b.WriteString(" ")
+			col++
+		}
+		b.WriteString(it)
+		col += len(it)
+	}
+	return b.String()
 }
 
 // ioSize is an rsize or wsize as used: whole pages, within the limits.

@@ -327,3 +327,22 @@ func TestManPageOptions(t *testing.T) {
 		}
 	}
 }
+
+// The usage names every option the parser knows but FUSE's (remount only).
+func TestUsageOptions(t *testing.T) {
+	words := make(map[string]bool)
+	for _, w := range strings.FieldsFunc(usage, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' }) {
+		name, _, _ := strings.Cut(w, "=")
+		words[name] = true
+	}
+	for _, op := range optionTable {
+		for _, n := range op.names {
+			if !words[n] && !op.remountOnly {
+				t.Errorf("option %s is not in the usage", n)
+			}
+		}
+	}
+	if words["user_id"] {
+		t.Errorf("FUSE's user_id in the usage")
+	}
+}
