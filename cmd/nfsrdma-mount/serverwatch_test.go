@@ -119,3 +119,17 @@ func TestServerWatchAnnounces(t *testing.T) {
 		t.Errorf("logged for a prompt reply: %s", s)
 	}
 }
+
+// The watch's cost per call: a timer where it announces (hard RDMA mounts).
+func BenchmarkServerWatch(b *testing.B) {
+	for _, announce := range []time.Duration{0, time.Minute} {
+		b.Run("announce="+announce.String(), func(b *testing.B) {
+			w := &serverWatch{t: &deafTransport{}, log: slog.New(slog.DiscardHandler), announce: announce}
+			req := &sunrpc.Request{XID: 1}
+			b.ReportAllocs()
+			for b.Loop() {
+				w.RoundTrip(context.Background(), req)
+			}
+		})
+	}
+}
