@@ -17,6 +17,12 @@ func runMake(t *testing.T, args ...string) (string, error) {
 		t.Skip("no make here: the Makefile's install target is not tested")
 	}
 	cmd := exec.Command("make", append([]string{"-C", "../..", "GO=false", "SETCAP="}, args...)...)
+	// Not the flags and variables of a make that runs this test.
+	for _, e := range os.Environ() {
+		if k, _, _ := strings.Cut(e, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
