@@ -43,9 +43,21 @@ import (
 //     changed by another. The file's cached pages are dropped, so that
 //     reads reach the file system. Other open files of the file, and a new
 //     open, are not affected.
+//   - Locks are cache-coherency points, as with the Linux client (do_setlk
+//     and do_unlk): before a lock or unlock is sent, what this mount holds
+//     of the file unsent or uncommitted is written and COMMITted
+//     (syncForLock), so that the next holder, on any client, reads it from
+//     the server; once a lock is granted, the kernel's cached pages and
+//     attributes of the file and this mount's read-ahead segments and
+//     attributes are dropped (dropCaches), so that the holder reads and
+//     stats what other clients wrote before. close(2) writes and commits
+//     before it gives the process's locks back (openFile.Flush).
 //   - Options.LocalPosix and LocalFlock (nfs(5) local_lock=posix, flock,
 //     all) leave that kind to the kernel, local to this machine, as does a
-//     nil Locker (nolock) for both.
+//     nil Locker (nolock) for both. FUSE keeps such locks without telling
+//     the file system, so they are no cache-coherency points here (the
+//     Linux client writes back and drops its caches around local locks
+//     too).
 
 var (
 	_ fs.FileGetlker  = (*openFile)(nil)
@@ -210,12 +222,12 @@ func (f *openFile) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, 
 	return f.setlk(ctx, owner, lk, flags, true)
 }
 
-func (f *openFile) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+func (f *openFile) setlk(fctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
 	l := f.n.fsys.opts.Locker
 	if l == nil {
 		return syscall.ENOLCK
 	}
-	ctx, done := f.lockCtx(ctx)
+	ctx, done := f.lockCtx(fctx)
 	defer done()
 	fh := f.n.handle()
 	r := lockRequest(lk)
@@ -232,10 +244,23 @@ func (f *openFile) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, f
 	var err error
 	switch lk.Typ {
 	case syscall.F_UNLCK:
+		// Written back first; a failure stays for the next fsync or
+		// close to report, and the unlock goes all the same (do_unlk).
+		if werr := f.syncForLock(fctx); werr != nil {
+			f.n.fsys.log.Debug("writing back before an unlock failed", "err", werr)
+		}
 		err = l.Unlock(ctx, fh, owner, r.Start, r.End)
 	case syscall.F_RDLCK, syscall.F_WRLCK:
+		// Written back first; a failure is the lock's (do_setlk).
+		if werr := f.syncForLock(fctx); werr != nil {
+			f.n.fsys.log.Debug("writing back before a lock failed", "err", werr)
+			return toErrno(werr)
+		}
 		f.n.fsys.lockers.add(owner, f)
 		err = l.Lock(ctx, fh, owner, r, wait)
+		if err == nil {
+			f.n.dropCaches()
+		}
 	default:
 		return syscall.EINVAL
 	}
@@ -245,11 +270,69 @@ func (f *openFile) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, f
 	return lockErrno(err)
 }
 
+// syncForLock writes back what this mount holds of the file that the
+// server does not have or has not made durable, before a lock or unlock
+// is sent: a deferred SETATTR, the gathered writes, the writes behind, and
+// a COMMIT of the UNSTABLE ones (the Linux client's nfs_sync_mapping and
+// nfs_wb_all). fctx is the lock request's: the calls carry the
+// credential an fsync of the caller's would. A write's failure is
+// returned and stays, as a write error of the kernel client's page cache
+// does, for the next fsync or close to report too; a failed COMMIT's
+// writes stay queued for the next COMMIT.
+func (f *openFile) syncForLock(fctx context.Context) error {
+	ctx, done := f.callCtx(fctx)
+	defer done()
+	return f.n.syncForLock(ctx)
+}
+
+// syncForLock is openFile.syncForLock with the calls' context.
+func (n *node) syncForLock(ctx context.Context) error {
+	n.flushDeferredLater() // its refusal stays for the fsync or close
+	if synced, err := n.syncPend(ctx); synced && err != nil {
+		n.keepWriteErr(err)
+		return err
+	}
+	werr := n.drainWriteBehind() // left to be reported
+	if err := n.commitPending(ctx); err != nil {
+		return err
+	}
+	return werr
+}
+
+// keepWriteErr records err, a write's failure, for the next write, fsync
+// or close to report (as a write behind's), unless one is there already.
+func (n *node) keepWriteErr(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.wbErr == nil {
+		n.wbErr = err
+	}
+}
+
+// dropCaches makes a granted lock a cache-coherency point (the Linux
+// client's nfs_zap_caches after do_setlk's lock): the read-ahead segments
+// of every open file of n are fetched again (node.dataGen), n's
+// attributes are asked of the server at the next use, and the kernel
+// drops its cached pages and attributes of the file, so that the lock
+// holder's next read and stat see what other clients wrote before the
+// lock. Nothing of this mount's own is lost: its unsent writes were
+// written back before the lock was sent, and the kernel writes back dirty
+// mapped pages before it drops them.
+func (n *node) dropCaches() {
+	n.dataGen.Add(1)
+	n.invalidateAttr()
+	n.fsys.events.add(evDataInvalidate)
+	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOSYS && errno != syscall.ENOENT {
+		n.fsys.log.Debug("dropping the kernel's cache of a locked file", "errno", errno)
+	}
+}
+
 // lockReleaseTimeout bounds the UNLOCKs of a close.
 const lockReleaseTimeout = time.Minute
 
 // flushLocks gives back the POSIX locks on the file of the process that
-// closes a descriptor of it (FUSE's flush names the closing thread).
+// closes a descriptor of it (FUSE's flush names the closing thread). Flush
+// calls it once the file's writes are written back and committed.
 func (f *openFile) flushLocks(fctx context.Context) {
 	l := f.n.fsys.opts.Locker
 	if l == nil {
@@ -293,6 +376,13 @@ func (f *openFile) releaseLocks(last bool) {
 	owners := f.locks.owners
 	f.locks.owners = nil
 	f.locks.mu.Unlock()
+	if len(owners) > 0 || last {
+		// What is written (through a mapping since the close's flush)
+		// before the locks go, as an unlock (do_unlk).
+		if err := f.n.syncForLock(ctx); err != nil {
+			f.n.fsys.log.Debug("writing back before the unlocks of a release failed", "err", err)
+		}
+	}
 	for id := range owners {
 		if err := l.ReleaseOwner(ctx, fh, id); err != nil {
 			f.n.fsys.log.Warn("unlocking flock at release failed", "err", err)

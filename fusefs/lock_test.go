@@ -1,13 +1,20 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
+	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/nlm"
 	"github.com/nfsrdma/nfsrdma/nlm/nlmtest"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
@@ -25,6 +32,17 @@ func mountWithLocks(t *testing.T, localPosix, localFlock bool) (*mounted, *nlmte
 // server every monitor (negative: never), and returns the Locker too.
 func mountWithLocker(t *testing.T, localPosix, localFlock bool, monitor time.Duration) (*mounted, *nlmtest.Server, *nlm.Locker) {
 	t.Helper()
+	o := DefaultOptions()
+	o.LocalPosix, o.LocalFlock = localPosix, localFlock
+	return mountWithLockerOn(t, startGoNFS(t, backendMem), o, monitor, nil)
+}
+
+// mountWithLockerOn mounts srv with o and a Locker on an in-process lock
+// manager (see mountWithLocker), the NFS transport wrapped by wrap (nil:
+// as it is), which is given the lock manager.
+func mountWithLockerOn(t *testing.T, srv *fusefstest.Server, o Options, monitor time.Duration,
+	wrap func(*nlmtest.Server, sunrpc.Transport) sunrpc.Transport) (*mounted, *nlmtest.Server, *nlm.Locker) {
+	t.Helper()
 	requireFUSE(t)
 	ls := nlmtest.Serve(t)
 	c, err := nlm.NewClient(nlm.Config{Server: "127.0.0.1", Portmapper: ls.Portmapper(), CallerName: "client",
@@ -41,9 +59,12 @@ func mountWithLocker(t *testing.T, localPosix, localFlock bool, monitor time.Dur
 		l.Close(ctx)
 		c.Close()
 	})
-	o := DefaultOptions()
-	o.Locker, o.LocalPosix, o.LocalFlock = l, localPosix, localFlock
-	return mountGoNFS(t, startGoNFS(t, backendMem), &o), ls, l
+	o.Locker = l
+	var w func(sunrpc.Transport) sunrpc.Transport
+	if wrap != nil {
+		w = func(tr sunrpc.Transport) sunrpc.Transport { return wrap(ls, tr) }
+	}
+	return mountGoNFSVia(t, srv, &o, w), ls, l
 }
 
 func setlk(f *os.File, cmd int, typ int16, start, n int64) error {
@@ -230,4 +251,164 @@ func TestLockLostEIO(t *testing.T) {
 		t.Errorf("write after reopening: %v", err)
 	}
 	check(t, g.Sync())
+}
+
+// lockWatch records the WRITE and COMMIT calls that reach the server
+// while its lock manager holds no lock (once armed): data sent after the
+// lock that protected it was given back.
+type lockWatch struct {
+	sunrpc.Transport
+	ls       *nlmtest.Server
+	armed    atomic.Bool
+	unlocked atomic.Int64
+}
+
+func (w *lockWatch) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
+	if _, proc, _ := callProc(req.Head); w.armed.Load() && (proc == nfs3.ProcWrite || proc == nfs3.ProcCommit) && len(w.ls.Locks()) == 0 {
+		w.unlocked.Add(1)
+	}
+	return w.Transport.RoundTrip(ctx, req)
+}
+
+// lockedWritesMount mounts a disk export with locks, wsize 16 KiB, the
+// server made to answer WRITEs UNSTABLE (unstableServer) and watched by a
+// lockWatch.
+func lockedWritesMount(t *testing.T) (*mounted, *fusefstest.Server, *unstableServer, *lockWatch) {
+	t.Helper()
+	srv := startGoNFS(t, backendDisk)
+	var us *unstableServer
+	var lw *lockWatch
+	o := DefaultOptions()
+	o.Wsize = 16 << 10
+	m, _, _ := mountWithLockerOn(t, srv, o, -1, func(ls *nlmtest.Server, tr sunrpc.Transport) sunrpc.Transport {
+		us = &unstableServer{Transport: tr}
+		us.setVerfs(1, 1)
+		lw = &lockWatch{Transport: us, ls: ls}
+		return lw
+	})
+	return m, srv, us, lw
+}
+
+// TestLockUnlockWritesBack: an unlock (fcntl F_UNLCK, flock LOCK_UN) is
+// sent only once what was written under the lock is on the server and
+// committed, as the Linux client writes back and commits before it sends
+// an unlock (do_unlk): the next holder of the lock, on any client, reads
+// it. A small write would otherwise wait up to a second in the gathered
+// writes, a larger one unCOMMITted until close.
+func TestLockUnlockWritesBack(t *testing.T) {
+	for _, kind := range []string{"fcntl", "flock"} {
+		t.Run(kind, func(t *testing.T) {
+			m, srv, us, lw := lockedWritesMount(t)
+			check(t, os.WriteFile(filepath.Join(srv.Dir, "counter"), []byte("00000000\n"), 0o644))
+			f, err := os.OpenFile(m.path("counter"), os.O_RDWR, 0)
+			check(t, err)
+			defer f.Close()
+			lock := func(typ int16) {
+				t.Helper()
+				if kind == "fcntl" {
+					check(t, setlk(f, syscall.F_SETLKW, typ, 0, 0))
+					return
+				}
+				how := syscall.LOCK_EX
+				if typ == syscall.F_UNLCK {
+					how = syscall.LOCK_UN
+				}
+				check(t, syscall.Flock(int(f.Fd()), how))
+			}
+			lock(syscall.F_WRLCK)
+			lw.armed.Store(true)
+			big := bytes.Repeat([]byte("b"), 40<<10) // written behind UNSTABLE: needs a COMMIT
+			_, err = f.WriteAt(big, 4096)
+			check(t, err)
+			_, err = f.WriteAt([]byte("00000001"), 0) // gathered
+			check(t, err)
+			commits := us.commits.Load()
+			lock(syscall.F_UNLCK)
+			got, err := os.ReadFile(filepath.Join(srv.Dir, "counter"))
+			check(t, err)
+			if len(got) < 8 || string(got[:8]) != "00000001" {
+				t.Errorf("the server has %q at the unlock's return, want the write made under the lock", got[:min(len(got), 8)])
+			}
+			if len(got) != 4096+len(big) || !bytes.Equal(got[4096:], big) {
+				t.Errorf("the server has %d bytes at the unlock's return, want %d", len(got), 4096+len(big))
+			}
+			if us.commits.Load() == commits {
+				t.Errorf("no COMMIT before the unlock returned")
+			}
+			if n := lw.unlocked.Load(); n != 0 {
+				t.Errorf("%d WRITE or COMMIT calls reached the server after the lock was given back", n)
+			}
+		})
+	}
+}
+
+// TestLockCloseWritesBeforeUnlock: close(2) gives the process's POSIX
+// locks back only after the file's writes are on the server and
+// committed, as the Linux client's close flushes before its unlock.
+func TestLockCloseWritesBeforeUnlock(t *testing.T) {
+	m, srv, _, lw := lockedWritesMount(t)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), []byte("00000000\n"), 0o644))
+	f, err := os.OpenFile(m.path("f"), os.O_RDWR, 0)
+	check(t, err)
+	check(t, setlk(f, syscall.F_SETLKW, syscall.F_WRLCK, 0, 0))
+	lw.armed.Store(true)
+	_, err = f.WriteAt([]byte("00000001"), 0)
+	check(t, err)
+	_, err = f.WriteAt(bytes.Repeat([]byte("b"), 40<<10), 4096)
+	check(t, err)
+	check(t, f.Close())
+	if n := lw.unlocked.Load(); n != 0 {
+		t.Errorf("%d WRITE or COMMIT calls reached the server after close gave the lock back", n)
+	}
+}
+
+// TestLockGrantDropsCaches: a granted lock is a cache-coherency point, as
+// with the Linux client (do_setlk: nfs_zap_caches): what another client
+// wrote before it is what the lock holder reads and stats, whatever the
+// kernel had in its page cache, this mount in its read-ahead segments or
+// either in its attributes (trusted for a minute here).
+func TestLockGrantDropsCaches(t *testing.T) {
+	for _, kind := range []string{"fcntl", "flock"} {
+		t.Run(kind, func(t *testing.T) {
+			srv := startGoNFS(t, backendDisk)
+			const size = 4 << 20
+			check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), bytes.Repeat([]byte("a"), size), 0o644))
+			o := DefaultOptions()
+			o.AcRegMin, o.AcRegMax = time.Minute, time.Minute
+			m, _, _ := mountWithLockerOn(t, srv, o, -1, nil)
+			// As mounted noatime: a stat after a read is answered from
+			// the attributes while they are trusted.
+			m.fsys.noAtime.Store(true)
+			f, err := os.OpenFile(m.path("f"), os.O_RDWR, 0)
+			check(t, err)
+			defer f.Close()
+			// No read-ahead of the kernel's: each read is one READ of
+			// what it asks, and this mount's read-ahead opens its window.
+			check(t, unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM))
+			const step = 64 << 10
+			p := make([]byte, step)
+			for off := int64(0); off < 4*step; off += step {
+				_, err := f.ReadAt(p, off)
+				check(t, err)
+			}
+			time.Sleep(100 * time.Millisecond) // the segments ahead arrive
+			// Another client rewrites the file, longer.
+			check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), bytes.Repeat([]byte("b"), size+4096), 0o644))
+			if kind == "fcntl" {
+				check(t, setlk(f, syscall.F_SETLKW, syscall.F_RDLCK, 0, 0))
+			} else {
+				check(t, syscall.Flock(int(f.Fd()), syscall.LOCK_SH))
+			}
+			// Where the sequential reader goes on: a segment read ahead.
+			if _, err := f.ReadAt(p, 4*step); err != nil || p[0] != 'b' || p[step-1] != 'b' {
+				t.Errorf("read on after the lock: %q...%q (%v), want the other client's bytes", p[0], p[step-1], err)
+			}
+			if st, err := f.Stat(); err != nil || st.Size() != size+4096 {
+				t.Errorf("size after the lock: %v (%v), want %d", st.Size(), err, size+4096)
+			}
+			if _, err := f.ReadAt(p, 0); err != nil || p[0] != 'b' || p[step-1] != 'b' {
+				t.Errorf("read of cached pages after the lock: %q...%q (%v), want the other client's bytes", p[0], p[step-1], err)
+			}
+		})
+	}
 }
