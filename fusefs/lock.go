@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,7 +32,11 @@ import (
 //   - flock locks travel as whole-file locks whose owner is the open file
 //     (as the Linux client sends them: a flock and a POSIX lock of another
 //     owner exclude each other on the server), given back when the open
-//     file is released.
+//     file is released. The NLM owner is this mount's own for the open
+//     file (fileLocks.id), not the kernel's: the kernel names a flock's
+//     owner by the address of its file, which a new open may reuse while
+//     the closed one's release, sent asynchronously, is still to come;
+//     that release must not give back the new open file's lock.
 //   - F_SETLKW waits until the server grants the lock; a signal interrupts
 //     the wait (EINTR, which the kernel restarts for an SA_RESTART
 //     handler), and the server's queued request is cancelled.
@@ -130,10 +136,29 @@ func (f *openFile) lostIO(op string) syscall.Errno {
 	return syscall.EIO
 }
 
-// fileLocks are the flock owners of an open file.
+// fileLocks is the flock owner of an open file: id, once it asked for a
+// flock (0 before).
 type fileLocks struct {
-	mu     sync.Mutex
-	owners map[uint64]bool
+	mu sync.Mutex
+	id uint64
+}
+
+// flockOwners numbers the flock owners of open files, from a random base
+// (flockOwnerBase), so that they are no POSIX owner the kernel names (a
+// hash of 64 bits).
+var (
+	flockOwners    atomic.Uint64
+	flockOwnerBase = rand.Uint64()
+)
+
+// flockOwner returns the NLM owner of f's flocks.
+func (f *openFile) flockOwner() uint64 {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if f.locks.id == 0 {
+		f.locks.id = flockOwnerBase + flockOwners.Add(1)
+	}
+	return f.locks.id
 }
 
 // lockCapabilities sets what locks the kernel passes to f.
@@ -232,14 +257,10 @@ func (f *openFile) setlk(fctx context.Context, owner uint64, lk *fuse.FileLock, 
 	fh := f.n.handle()
 	r := lockRequest(lk)
 	if flags&fuse.FUSE_LK_FLOCK != 0 {
-		// flock: the whole file, whatever the kernel says.
+		// flock: the whole file, whatever the kernel says, and the open
+		// file's own owner (see above).
 		r.Start, r.End, r.Flock = 0, nlm.ToEOF, true
-		f.locks.mu.Lock()
-		if f.locks.owners == nil {
-			f.locks.owners = map[uint64]bool{}
-		}
-		f.locks.owners[owner] = true
-		f.locks.mu.Unlock()
+		owner = f.flockOwner()
 	}
 	var err error
 	switch lk.Typ {
@@ -373,18 +394,17 @@ func (f *openFile) releaseLocks(last bool) {
 	ctx, cancel := context.WithTimeout(f.wctx, lockReleaseTimeout)
 	defer cancel()
 	f.locks.mu.Lock()
-	owners := f.locks.owners
-	f.locks.owners = nil
+	owner := f.locks.id
 	f.locks.mu.Unlock()
-	if len(owners) > 0 || last {
+	if owner != 0 || last {
 		// What is written (through a mapping since the close's flush)
 		// before the locks go, as an unlock (do_unlk).
 		if err := f.n.syncForLock(ctx); err != nil {
 			f.n.fsys.log.Debug("writing back before the unlocks of a release failed", "err", err)
 		}
 	}
-	for id := range owners {
-		if err := l.ReleaseOwner(ctx, fh, id); err != nil {
+	if owner != 0 {
+		if err := l.ReleaseOwner(ctx, fh, owner); err != nil {
 			f.n.fsys.log.Warn("unlocking flock at release failed", "err", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma/fusefs/fusefstest"
@@ -410,5 +411,45 @@ func TestLockGrantDropsCaches(t *testing.T) {
 				t.Errorf("read of cached pages after the lock: %q...%q (%v), want the other client's bytes", p[0], p[step-1], err)
 			}
 		})
+	}
+}
+
+// TestLockFlockOwnerReused: a flock is the open file's, even when the
+// kernel names a new open file's flocks with the owner of a closed one (it
+// takes the owner from the address of the kernel's file, which a new open
+// may reuse) and the closed one's release, which the kernel sends
+// asynchronously, comes after the new one locked: that release leaves the
+// new one's lock on the server, and the new one's unlock gives it back
+// (else the server would keep a lock nobody holds, and every other lock
+// on the file would wait for ever).
+func TestLockFlockOwnerReused(t *testing.T) {
+	m, ls := mountWithLocks(t, false, false)
+	check(t, os.WriteFile(m.path("f"), []byte("flock\n"), 0o644))
+	in := m.fsys.root.GetChild("f")
+	if in == nil {
+		t.Fatal("no node for f")
+	}
+	n := in.Operations().(*node)
+	ctx := context.Background()
+	a := n.newOpenFile(ctx, syscall.O_RDWR, 0)
+	b := n.newOpenFile(ctx, syscall.O_RDWR, 0)
+	defer b.Release(ctx)
+	const owner = 0x1234
+	lock := func(f *openFile, typ uint32) {
+		t.Helper()
+		if errno := f.setlk(ctx, owner, &fuse.FileLock{Start: 0, End: nlm.ToEOF, Typ: typ}, fuse.FUSE_LK_FLOCK, false); errno != 0 {
+			t.Fatalf("flock type %d: %v", typ, errno)
+		}
+	}
+	lock(a, syscall.F_WRLCK)
+	lock(a, syscall.F_UNLCK)
+	lock(b, syscall.F_WRLCK) // the kernel reused a's owner
+	a.Release(ctx)           // a's release, late
+	if got := ls.Locks(); len(got) != 1 {
+		t.Fatalf("after the closed file's release the server holds %v, want the new open file's flock", got)
+	}
+	lock(b, syscall.F_UNLCK)
+	if got := ls.Locks(); len(got) != 0 {
+		t.Fatalf("after the new open file's unlock the server holds %v, want none", got)
 	}
 }

@@ -15,7 +15,7 @@ import (
 //
 //	inoderevalidate   GETATTR requests (stat of a file whose attributes the kernel no longer trusts)
 //	dentryrevalidate  LOOKUPs of a name the kernel already had (its entry expired)
-//	datainvalidate    opens that found the file changed and dropped its cached data
+//	datainvalidate    cached data dropped: opens that found the file changed, granted locks
 //	attrinvalidate    cached attributes forgotten (another operation changed the object)
 //	vfsopen           opens of files and directories
 //	vfslookup         LOOKUP requests
