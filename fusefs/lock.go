@@ -285,9 +285,7 @@ func (f *openFile) setlk(fctx context.Context, owner uint64, lk *fuse.FileLock, 
 	default:
 		return syscall.EINVAL
 	}
-	if err != nil {
-		f.n.fsys.log.Debug("lock", "owner", owner, "type", lk.Typ, "start", r.Start, "end", r.End, "wait", wait, "err", err)
-	}
+	f.n.fsys.log.Debug("lock", "owner", owner, "type", lk.Typ, "start", r.Start, "end", r.End, "wait", wait, "flock", r.Flock, "err", err)
 	return lockErrno(err)
 }
 
@@ -404,15 +402,46 @@ func (f *openFile) releaseLocks(last bool) {
 		}
 	}
 	if owner != 0 {
+		f.n.fsys.log.Debug("flock owner released", "owner", owner, "last", last)
 		if err := l.ReleaseOwner(ctx, fh, owner); err != nil {
 			f.n.fsys.log.Warn("unlocking flock at release failed", "err", err)
 		}
 	}
 	if last {
-		if err := l.ReleaseFile(ctx, fh); err != nil {
+		if err := f.n.fsys.lockers.releaseLeft(ctx, l, fh); err != nil {
 			f.n.fsys.log.Warn("unlocking at last close failed", "err", err)
 		}
 	}
+}
+
+// releaseLeft gives back, at the file's last close, the locks left on fh
+// by owners that asked for them through no open file still open (a lock
+// granted after its caller gave up, an owner whose close did not name
+// it). Not the others: a new open of the file may have been made, and
+// locked, since the last close (the kernel sends a release
+// asynchronously, after close(2) returned); its locks stay. The owners are
+// looked at and released under l.mu, which setlk's add takes before it
+// sends a lock, so that no open file takes up an owner meanwhile: a
+// release racing such a lock would give it back on the server, or forget
+// it here so that its unlock would send nothing and the server would keep
+// a lock nobody holds.
+func (l *lockFiles) releaseLeft(ctx context.Context, lk *nlm.Locker, fh []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, id := range lk.AskedBy(fh) {
+		live := false
+		for of := range l.m[id] {
+			if bytes.Equal(of.n.handle(), fh) {
+				live = true
+				break
+			}
+		}
+		if !live {
+			errs = append(errs, lk.ReleaseOwner(ctx, fh, id))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // threadGroup returns the process (thread group) of thread tid.

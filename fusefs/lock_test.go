@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -46,20 +49,7 @@ func mountWithLockerOn(t *testing.T, srv *fusefstest.Server, o Options, monitor 
 	t.Helper()
 	requireFUSE(t)
 	ls := nlmtest.Serve(t)
-	c, err := nlm.NewClient(nlm.Config{Server: "127.0.0.1", Portmapper: ls.Portmapper(), CallerName: "client",
-		TCP: sunrpc.TCPOptions{NoResvPort: true}, CallTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: monitor, LocalStatd: ls.Portmapper(),
-		RpcbindSocket: ls.RpcbindSocket()})
-	t.Cleanup(func() {
-		// After the unmount (cleanups run last first).
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		l.Close(ctx)
-		c.Close()
-	})
+	l := testLocker(t, ls, "client", monitor)
 	o.Locker = l
 	var w func(sunrpc.Transport) sunrpc.Transport
 	if wrap != nil {
@@ -252,6 +242,26 @@ func TestLockLostEIO(t *testing.T) {
 		t.Errorf("write after reopening: %v", err)
 	}
 	check(t, g.Sync())
+}
+
+// testLocker returns a Locker of the client named caller on ls, closed
+// when the test ends (after the unmount: cleanups run last first).
+func testLocker(t *testing.T, ls *nlmtest.Server, caller string, monitor time.Duration) *nlm.Locker {
+	t.Helper()
+	c, err := nlm.NewClient(nlm.Config{Server: "127.0.0.1", Portmapper: ls.Portmapper(), CallerName: caller,
+		TCP: sunrpc.TCPOptions{NoResvPort: true}, CallTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := nlm.NewLocker(c, nlm.LockerConfig{RetryInterval: 50 * time.Millisecond, MonitorInterval: monitor, LocalStatd: ls.Portmapper(),
+		RpcbindSocket: ls.RpcbindSocket()})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.Close(ctx)
+		c.Close()
+	})
+	return l
 }
 
 // lockWatch records the WRITE and COMMIT calls that reach the server
@@ -451,5 +461,107 @@ func TestLockFlockOwnerReused(t *testing.T) {
 	lock(b, syscall.F_UNLCK)
 	if got := ls.Locks(); len(got) != 0 {
 		t.Fatalf("after the new open file's unlock the server holds %v, want none", got)
+	}
+}
+
+// counterSteps adds 1 to the number in path n times, each under a write
+// lock of the whole file (fcntl or flock; asked for again after a short
+// pause while the other client holds it), keeping the descriptor open or
+// opening the file for each step.
+func counterSteps(path, kind string, reopen bool, n int) error {
+	var f *os.File
+	open := func() (err error) {
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+		return err
+	}
+	lock := func(typ int16) error {
+		for {
+			var err error
+			if kind == "flock" {
+				how := syscall.LOCK_EX | syscall.LOCK_NB
+				if typ == syscall.F_UNLCK {
+					how = syscall.LOCK_UN
+				}
+				err = syscall.Flock(int(f.Fd()), how)
+			} else {
+				err = syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &syscall.Flock_t{Type: typ})
+			}
+			switch err {
+			case syscall.EINTR:
+			case syscall.EAGAIN, syscall.EACCES:
+				time.Sleep(time.Millisecond)
+			default:
+				return err
+			}
+		}
+	}
+	if err := open(); err != nil {
+		return err
+	}
+	buf := make([]byte, 32)
+	for i := range n {
+		if reopen && i > 0 {
+			if err := open(); err != nil {
+				return err
+			}
+		}
+		if err := lock(syscall.F_WRLCK); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		k, _ := f.ReadAt(buf, 0)
+		v, err := strconv.Atoi(strings.TrimSpace(string(buf[:k])))
+		if err != nil {
+			return fmt.Errorf("the file holds %q", buf[:k])
+		}
+		if _, err := f.WriteAt(fmt.Appendf(nil, "%08d\n", v+1), 0); err != nil {
+			return err
+		}
+		if err := lock(syscall.F_UNLCK); err != nil {
+			return fmt.Errorf("unlock: %w", err)
+		}
+		if reopen {
+			if err := f.Close(); err != nil {
+				return err
+			}
+		}
+	}
+	if !reopen {
+		return f.Close()
+	}
+	return nil
+}
+
+// TestLockCounterTwoClients: two clients of one export (two mounts, each
+// with a Locker of its own, on one lock manager) each add 1 to a number in
+// a file 100 times under flock locks, opening the file for each step (the
+// fcntl variants need a process per client: the guest's coherence
+// scenario runs them). No update is lost, and no lock is left behind.
+func TestLockCounterTwoClients(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m1, ls, _ := mountWithLockerOn(t, srv, DefaultOptions(), -1, nil)
+	o := DefaultOptions()
+	o.Locker = testLocker(t, ls, "client2", -1)
+	m2 := mountGoNFS(t, srv, &o)
+	for _, reopen := range []bool{false, true} {
+		name := fmt.Sprintf("counter-%v", reopen)
+		check(t, os.WriteFile(filepath.Join(srv.Dir, name), []byte("00000000\n"), 0o666))
+		const n = 100
+		errs := make(chan error, 2)
+		for _, m := range []*mounted{m1, m2} {
+			go func() { errs <- counterSteps(m.path(name), "flock", reopen, n) }()
+		}
+		for range 2 {
+			select {
+			case err := <-errs:
+				check(t, err)
+			case <-time.After(time.Minute):
+				t.Fatalf("%s: no end after a minute; the server holds %v", name, ls.Locks())
+			}
+		}
+		got, err := os.ReadFile(filepath.Join(srv.Dir, name))
+		check(t, err)
+		if v, _ := strconv.Atoi(strings.TrimSpace(string(got))); v != 2*n {
+			t.Errorf("%s: the file holds %q, want %d", name, got, 2*n)
+		}
 	}
 }
