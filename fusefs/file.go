@@ -55,7 +55,8 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openF
 		f.wctx = sunrpc.WithCredential(n.fsys.ctx, cred)
 	}
 	f.ctx, f.cancel = context.WithCancel(f.wctx)
-	if n.fsys.readAhead > 0 && flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+	if n.fsys.readAhead > 0 && flags&syscall.O_ACCMODE != syscall.O_WRONLY && flags&syscall.O_DIRECT == 0 {
+		// Not for direct I/O: never served from a cache (see Read).
 		f.ra = newReadAhead(f, int(n.fsys.rsize), n.fsys.readAhead)
 	}
 	n.mu.Lock()
@@ -313,6 +314,11 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // Read implements fs.FileReader: through the read-ahead for a sequential
 // reader, else pipelined READs (RFC 1813 §3.3.6) of rsize straight into the
 // kernel's buffer.
+//
+// A direct read (a file opened O_DIRECT, or one that turned O_DIRECT on
+// with fcntl) always reads what it asks for from the server, as the
+// kernel client's direct I/O does: never from a read-ahead segment
+// fetched before another client's write, nor filling one.
 func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if f.lost.Load() {
 		return nil, f.lostIO("read")
@@ -323,6 +329,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 		// read-ahead's segments either).
 		return nil, syscall.ESTALE
 	}
+	direct := f.n.fsys.directRequest(ctx)
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	// The reader sees its own writes: those written behind land first.
@@ -330,7 +337,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	var n int
 	var res fuse.ReadResult
 	var err error
-	if f.ra != nil {
+	if f.ra != nil && !direct {
 		n, res, err = f.ra.read(ctx, dest, off)
 	} else {
 		n, err = f.n.readAt(ctx, dest, off)
@@ -349,6 +356,9 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // FILE_SYNC with Options.Sync, O_SYNC or O_DSYNC, and for a direct
 // (O_DIRECT) write that fits one WRITE; an UNSTABLE write is kept until a
 // COMMIT proves it durable, and COMMITted early once MaxDirty bytes wait.
+// A direct write (opened O_DIRECT, or turned on with fcntl) is sent before
+// it returns, and COMMITted before it returns when it went UNSTABLE, as
+// the kernel client's direct write is durable when it returns.
 //
 // An UNSTABLE write of a buffered (not O_DIRECT) file is written behind:
 // it is answered once its WRITE is sent, so that a writer's successive
@@ -356,11 +366,11 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // (up to Options.WriteBehind bytes in flight). Its failure is reported by
 // the next write, flush (close) or fsync; reads, SETATTR and COMMIT of the
 // file wait for it first.
-func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+func (f *openFile) Write(fctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	if f.lost.Load() {
 		return 0, f.lostIO("write")
 	}
-	ctx, done := f.callCtx(ctx)
+	ctx, done := f.callCtx(fctx)
 	defer done()
 	n := f.n
 	// A SETATTR deferred before this write lands first: an explicit
@@ -372,7 +382,7 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		return 0, syscall.EROFS
 	}
 	how := nfs3.Unstable
-	direct := f.flags&syscall.O_DIRECT != 0
+	direct := f.flags&syscall.O_DIRECT != 0 || n.fsys.directRequest(fctx)
 	if n.fsys.opts.Sync || f.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
 		how = nfs3.FileSync
 	} else if direct && len(data) <= int(n.fsys.wsize) {
@@ -390,6 +400,9 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		n.drainWriteBehind()
 		err = n.writeRange(ctx, data, off, how, lent)
 		n.dataGen.Add(1)
+		if err == nil && direct && how == nfs3.Unstable {
+			err = n.commitPending(ctx)
+		}
 	}
 	if err != nil {
 		return 0, toErrno(err)
@@ -415,6 +428,19 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		}()
 	}
 	return uint32(len(data)), 0
+}
+
+// directRequest reports whether the READ or WRITE request of ctx is direct
+// I/O: its file has O_DIRECT now (the kernel sends the file's flags with
+// each; see rawFS.Read), which a file opened buffered may have turned on
+// with fcntl.
+func (f *FS) directRequest(ctx context.Context) bool {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok || fc.Cancel == nil {
+		return false
+	}
+	_, direct := f.directIO.Load(fc.Cancel)
+	return direct
 }
 
 // pendDelay is the longest a gathered write waits for the next one before
@@ -766,9 +792,12 @@ func (n *node) requeue(ws []dirtyWrite) {
 }
 
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
-// (close-to-open), and reports their failure.
+// (close-to-open), and reports their failure; then it gives back the
+// closing process's locks (lock.go), as the Linux client flushes before
+// its unlock: the next holder, on any client, reads what was written
+// under them.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
-	f.flushLocks(ctx)
+	defer f.flushLocks(ctx)
 	if f.writer {
 		// Its RELEASE may come after its next request: until they
 		// open the file again, the opener's and the closer's SETATTRs
