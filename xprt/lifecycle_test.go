@@ -1,8 +1,11 @@
 package xprt
 
-// Reproductions of the defects of issue 9 (items 1–7) on the simulated
-// fabric, each as small as it can be. They fail until xprt's call
-// lifecycle is re-cut; they stay as regression tests.
+// The call lifecycle on the simulated fabric, each case as small as it can
+// be: a caller giving up after its call is posted (windows, borrowed
+// buffers, late replies), same-XID retries and abandoned attempts, credits
+// handed on only after their receive is reposted, windows taken all at once,
+// calls of many segments and long calls, and ErrClosed. Also the rig the
+// rule tests share.
 
 import (
 	"bytes"
@@ -141,10 +144,10 @@ func (r *rig) giveUpHeld(seed uint32, buf []byte) (xid, tag uint32) {
 	return xid, tag
 }
 
-// Item 1: after RoundTrip returned on a cancel, the call's Write chunk
+// After RoundTrip returned on a cancel, the call's Write chunk
 // window must be invalid (or its connection gone): a late RDMA WRITE with
 // its rkey must fail at the device.
-func TestIssue9CancelAfterPostWindowInvalid(t *testing.T) {
+func TestLifecycleCancelAfterPostWindowInvalid(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	if err := r.null(r.ctx(5 * time.Second)); err != nil {
 		t.Fatal(err)
@@ -161,9 +164,9 @@ func TestIssue9CancelAfterPostWindowInvalid(t *testing.T) {
 	}
 }
 
-// Item 1, borrowed buffer: a READ into a borrowed registered buffer that
+// Borrowed buffer: a READ into a borrowed registered buffer that
 // the caller gave up on must not be written by the late reply.
-func TestIssue9CancelAfterPostBorrowedBuffer(t *testing.T) {
+func TestLifecycleCancelAfterPostBorrowedBuffer(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	ctx := r.ctx(10 * time.Second)
 	if err := r.null(ctx); err != nil {
@@ -191,8 +194,8 @@ func TestIssue9CancelAfterPostBorrowedBuffer(t *testing.T) {
 	}
 }
 
-// Item 1: the late reply is never copied into the caller's ReplyBulk.
-func TestIssue9CancelAfterPostNoLateCopy(t *testing.T) {
+// The late reply is never copied into the caller's ReplyBulk.
+func TestLifecycleCancelAfterPostNoLateCopy(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -219,9 +222,9 @@ func TestIssue9CancelAfterPostNoLateCopy(t *testing.T) {
 	}
 }
 
-// Item 2: a same-XID retry on the live connection must not be completed by
+// A same-XID retry on the live connection must not be completed by
 // the first attempt's reply with data the server never wrote for it.
-func TestIssue9RetryNotCompletedByFirstReply(t *testing.T) {
+func TestLifecycleRetryNotCompletedByFirstReply(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -273,10 +276,10 @@ func TestIssue9RetryNotCompletedByFirstReply(t *testing.T) {
 	}
 }
 
-// Item 3: an abandoned attempt that finishes after its retry (same XID)
+// An abandoned attempt that finishes after its retry (same XID)
 // was sent must not remove the retry from the xid table: the retry's
 // reply would be dropped as an unknown xid.
-func TestIssue9AbandonedAttemptKeepsSuccessor(t *testing.T) {
+func TestLifecycleAbandonedAttemptKeepsSuccessor(t *testing.T) {
 	r := newRig(t, Config{MaxSegment: 16 << 10}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
 	if err := r.null(ctx); err != nil {
@@ -405,11 +408,11 @@ func (q *countingQP) PostSend(wrs []verbs.SendWR) (int, error) {
 	return q.QP.PostSend(wrs)
 }
 
-// Item 4: a reply's credit may be handed to the next call only after the
+// A reply's credit may be handed to the next call only after the
 // receive it consumed is reposted; otherwise the server's next reply can
 // find no receive (RNR). With an RNR retry count of 0 that breaks the
 // connection.
-func TestIssue9RepostBeforeCredit(t *testing.T) {
+func TestLifecycleRepostBeforeCredit(t *testing.T) {
 	h := sunrpctest.NewHandler()
 	fab := sim.NewFabric(sim.PanicOnDoubleInvalidation())
 	srv, err := xprttest.Start(xprttest.Config{Fabric: fab, Handler: h, Credits: 32})
@@ -457,9 +460,9 @@ func TestIssue9RepostBeforeCredit(t *testing.T) {
 	}
 }
 
-// Item 5: calls that need several windows take them all at once or not at
+// Calls that need several windows take them all at once or not at
 // all; taken one at a time, calls holding some wait for more, forever.
-func TestIssue9WindowsNoDeadlock(t *testing.T) {
+func TestLifecycleWindowsNoDeadlock(t *testing.T) {
 	// Two I/O buffers, eight windows; each READ needs eight.
 	r := newRig(t, Config{MaxIO: 32 << 10, MaxSegment: 4 << 10, IOBuffers: 2}, xprttest.Config{})
 	if err := r.null(r.ctx(5 * time.Second)); err != nil {
@@ -473,9 +476,9 @@ func TestIssue9WindowsNoDeadlock(t *testing.T) {
 	}
 }
 
-// Item 6: a call with a Read chunk and a Write chunk of eight segments
+// A call with a Read chunk and a Write chunk of eight segments
 // each (17 WRs with its Send) must not panic.
-func TestIssue9SixteenSegmentsNoPanic(t *testing.T) {
+func TestLifecycleSixteenSegmentCall(t *testing.T) {
 	r := newRig(t, Config{MaxIO: 64 << 10, MaxSegment: 8 << 10}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
 	if err := r.null(ctx); err != nil {
@@ -498,18 +501,21 @@ func TestIssue9SixteenSegmentsNoPanic(t *testing.T) {
 			rep.Release()
 		}
 		if err != nil {
-			t.Logf("16-segment call: %v", err)
+			t.Fatalf("16-segment call: %v", err)
 		}
 	}()
+	if c := r.tr.Counters(); c.ReadChunks != 1 || c.WriteChunks != 1 {
+		t.Fatalf("the call carried %d Read and %d Write chunks, want one of each: %s", c.ReadChunks, c.WriteChunks, c)
+	}
 	if err := r.read(ctx, 4, 4096); err != nil {
 		t.Fatalf("after the 16-segment call: %v", err)
 	}
 }
 
-// Item 6: a long call (sent whole in a position-zero Read chunk) of an
+// A long call (sent whole in a position-zero Read chunk) of an
 // 8 KiB head and a bulk of MaxIO−1 (then MaxIO−4) bytes is sent whole, not
 // a panic and not truncated.
-func TestIssue9LongCallPositionZero(t *testing.T) {
+func TestLifecycleLongCallPositionZero(t *testing.T) {
 	r := newRig(t, Config{MaxIO: 64 << 10}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
 	for _, n := range []int{64<<10 - 1, 64<<10 - 4} {
@@ -532,8 +538,8 @@ func TestIssue9LongCallPositionZero(t *testing.T) {
 	}
 }
 
-// Item 7: xprt.ErrClosed is sunrpc.ErrClosed (nfs3 maps it to ENOTCONN).
-func TestIssue9ErrClosedIsSunrpcErrClosed(t *testing.T) {
+// ErrClosed is sunrpc.ErrClosed (nfs3 maps it to ENOTCONN).
+func TestLifecycleErrClosedIsSunrpcErrClosed(t *testing.T) {
 	if !errors.Is(ErrClosed, sunrpc.ErrClosed) {
 		t.Fatal("errors.Is(xprt.ErrClosed, sunrpc.ErrClosed) is false")
 	}
