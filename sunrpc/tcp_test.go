@@ -137,19 +137,13 @@ func callEcho(ctx context.Context, c *Client, v uint32) error {
 	return nil
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func TestTCPEcho(t *testing.T) {
-	s := startFake(t, echo)
-	c := newTestClient(t, dial(t, s.addr(), nil))
+// echoConcurrently makes n ECHO calls at once on c, each of its own value.
+func echoConcurrently(t *testing.T, c *Client, n int) {
+	t.Helper()
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
+	errs := make(chan error, n)
+	for i := range n {
 		wg.Go(func() { errs <- callEcho(ctx, c, uint32(i)) })
 	}
 	wg.Wait()
@@ -159,6 +153,18 @@ func TestTCPEcho(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTCPEcho(t *testing.T) {
+	s := startFake(t, echo)
+	c := newTestClient(t, dial(t, s.addr(), nil))
+	echoConcurrently(t, c, 64)
 }
 
 func TestTCPBulkRequest(t *testing.T) {
