@@ -39,17 +39,25 @@ type rig struct {
 	tag  uint32
 }
 
+// copyChunks copies the XID, procedure and chunk lists of a call's
+// transport header, for a test to keep past Observe (the header is the
+// server's).
+func copyChunks(h *rpcrdma.Header) rpcrdma.Header {
+	var c rpcrdma.Header
+	c.XID, c.Proc = h.XID, h.Proc
+	c.Reads = append(c.Reads, h.Reads...)
+	for _, w := range h.Writes {
+		c.Writes = append(c.Writes, append(rpcrdma.WriteChunk(nil), w...))
+	}
+	c.Reply, c.HasReply = append(c.Reply, h.Reply...), h.HasReply
+	return c
+}
+
 func newRig(t *testing.T, cfg Config, scfg xprttest.Config, opts ...sim.Option) *rig {
 	t.Helper()
 	r := &rig{t: t, h: sunrpctest.NewHandler(), hdrs: map[uint32][]rpcrdma.Header{}, xid: 0x1000}
 	scfg.Observe = func(_ xprttest.CallInfo, h *rpcrdma.Header) {
-		var c rpcrdma.Header
-		c.XID, c.Proc = h.XID, h.Proc
-		c.Reads = append(c.Reads, h.Reads...)
-		for _, w := range h.Writes {
-			c.Writes = append(c.Writes, append(rpcrdma.WriteChunk(nil), w...))
-		}
-		c.Reply, c.HasReply = append(c.Reply, h.Reply...), h.HasReply
+		c := copyChunks(h)
 		r.mu.Lock()
 		r.hdrs[h.XID] = append(r.hdrs[h.XID], c)
 		r.mu.Unlock()
