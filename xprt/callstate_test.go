@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -400,6 +403,25 @@ func TestCountersStringNamesEveryField(t *testing.T) {
 	}
 	if f := strings.Fields(s); len(f) != 2*int(numCounters) {
 		t.Fatalf("%d words for %d counters: %q", len(f), numCounters, s)
+	}
+}
+
+// counters_gen.go is what go generate makes of counterTable now.
+func TestCountersGenerated(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "gen") // not ending in .go: go run would compile it
+	if b, err := exec.Command("go", "run", "gencounters.go", out).CombinedOutput(); err != nil {
+		t.Fatalf("go run gencounters.go: %v\n%s", err, b)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("counters_gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("counters_gen.go is stale: go generate ./xprt")
 	}
 }
 

@@ -1,7 +1,8 @@
 //go:build ignore
 
-// gencounters writes counters_gen.go from counterTable in counters.go: the
-// constants that index the counters and the fields of Counters.
+// gencounters writes counters_gen.go (or the file its argument names) from
+// counterTable in counters.go: the constants that index the counters and
+// the fields of Counters.
 package main
 
 import (
@@ -65,7 +66,11 @@ type Counters struct {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile("counters_gen.go", src, 0o644); err != nil {
+	out := "counters_gen.go"
+	if len(os.Args) > 1 {
+		out = os.Args[1]
+	}
+	if err := os.WriteFile(out, src, 0o644); err != nil {
 		log.Fatal(err)
 	}
 }
