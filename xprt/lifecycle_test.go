@@ -115,6 +115,15 @@ func (r *rig) read(ctx context.Context, seed uint32, n int) error {
 	return sunrpctest.CheckRead(rep, xid, seed, n)
 }
 
+// mustNull makes a NULL call, failing the test if it fails: the
+// connection is up and a credit came back.
+func (r *rig) mustNull(ctx context.Context) {
+	r.t.Helper()
+	if err := r.null(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *rig) null(ctx context.Context) error {
 	xid, _ := r.next()
 	rep, err := r.tr.RoundTrip(ctx, sunrpctest.NullRequest(xid))
@@ -177,9 +186,7 @@ func TestLifecycleCancelAfterPostWindowInvalid(t *testing.T) {
 func TestLifecycleCancelAfterPostBorrowedBuffer(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	ctx := r.ctx(10 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	b, err := r.tr.Borrow(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -194,9 +201,7 @@ func TestLifecycleCancelAfterPostBorrowedBuffer(t *testing.T) {
 	if err := r.srv.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	if n := len(buf) - bytes.Count(buf, []byte{0x5a}); n != 0 {
 		t.Fatalf("%d bytes of the borrowed buffer were overwritten after RoundTrip returned", n)
 	}
@@ -211,9 +216,7 @@ func TestLifecycleCancelAfterPostNoLateCopy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, tc.cfg, xprttest.Config{})
 			ctx := r.ctx(10 * time.Second)
-			if err := r.null(ctx); err != nil {
-				t.Fatal(err)
-			}
+			r.mustNull(ctx)
 			buf := bytes.Repeat([]byte{0x5a}, 64<<10)
 			_, tag := r.giveUpHeld(1, buf)
 			r.h.Release(tag)
@@ -290,9 +293,7 @@ func TestLifecycleRetryNotCompletedByFirstReply(t *testing.T) {
 func TestLifecycleAbandonedAttemptKeepsSuccessor(t *testing.T) {
 	r := newRig(t, Config{MaxSegment: 16 << 10}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	const n = 64 << 10 // four windows: local invalidation
 	xid, tag := r.next()
 	req := func() *sunrpc.Request {
@@ -489,9 +490,7 @@ func TestLifecycleWindowsNoDeadlock(t *testing.T) {
 func TestLifecycleSixteenSegmentCall(t *testing.T) {
 	r := newRig(t, Config{MaxIO: 64 << 10, MaxSegment: 8 << 10}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	xid, tag := r.next()
 	req := sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag}, 3, 64<<10, make([]byte, 64<<10))
 	data := sunrpctest.Pattern(9, 64<<10)
