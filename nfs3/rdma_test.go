@@ -32,8 +32,9 @@ import (
 
 // The NFSv3 client over RPC-over-RDMA on the simulated fabric: xprt as the
 // transport, xprttest as the server's RDMA side (knfsd's chunk handling) and
-// go-nfs over an in-memory file system behind it. These mirror the go-nfs over
-// TCP tests for the main procedures and check that the DDP-eligible items
+// go-nfs over an in-memory file system behind it. The procedures themselves
+// are the conformance suite's (conformance_test.go); these check that the
+// DDP-eligible items
 // travel as RFC 8267 §3 says: WRITE data and long SYMLINK paths in Read
 // chunks, READ data and READLINK paths in Write chunks, large directory pages
 // in Reply chunks.

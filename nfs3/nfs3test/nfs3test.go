@@ -4,7 +4,8 @@
 // tests against the Linux NFS server (knfsd) over TCP and RDMA. Each scenario
 // works in its own directory of the export and checks what the client sees:
 // testing/fstest on the fs.FS view, os-style OpenFile flags, errno mapping,
-// path operations, large pipelined transfers and SETATTR times.
+// path operations, large pipelined transfers, SETATTR times, and every
+// NFSv3 procedure through the handle API.
 package nfs3test
 
 import (
