@@ -626,10 +626,8 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		}
 	}
 	c, unchanged := d.n.child(ctx, name, e.FH, e.Attr)
-	// An open soon after takes these attributes as its revalidation, as
-	// it would a LOOKUP's (see Open).
 	c.mu.Lock()
-	c.lookupAt, c.lookupKeep = d.at, unchanged
+	c.lookupChanged = c.lookupChanged || !unchanged
 	c.mu.Unlock()
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0

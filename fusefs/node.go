@@ -55,11 +55,13 @@ type node struct {
 	pendCtx context.Context
 	pendGen uint64
 
-	// When a LOOKUP last brought the object's attributes (zero: not since
-	// the last open), and whether they showed its data unchanged: an open
-	// right after needs no GETATTR of its own (see Open).
-	lookupAt   time.Time
-	lookupKeep bool
+	// lookupChanged: attributes a LOOKUP or a listing brought since the
+	// last open showed the object's data changed (see open). An open
+	// always revalidates with a GETATTR of its own, as the kernel
+	// client's open of a dentry it already had: a listing's attributes
+	// (ls -l) may be a second old, and FUSE's LOOKUP is not known to be
+	// of the open's own path walk.
+	lookupChanged bool
 	// rootAcc: root's rights on the object from its last ACCESS with
 	// root's credential, while the attributes have not changed since (see
 	// rootAccess).
@@ -463,13 +465,11 @@ func (n *node) lookupAttr(ctx context.Context, fh nfs3.FileHandle, a *nfs3.Attr)
 }
 
 // plusLookup answers a LOOKUP of name from a listing's entry e: READDIRPLUS
-// just answered it (ls -l, a shell's glob, listing.go), so no LOOKUP. An
-// open that follows takes these attributes as its revalidation as it would
-// a LOOKUP's, by their age (lookupAt is when the listing brought them).
+// just answered it (ls -l, a shell's glob, listing.go), so no LOOKUP.
 func (n *node) plusLookup(ctx context.Context, name string, e plusEntry, out *fuse.EntryOut) *fs.Inode {
 	c, unchanged := n.child(ctx, name, e.fh, &e.attr)
 	c.mu.Lock()
-	c.lookupAt, c.lookupKeep = e.at, unchanged
+	c.lookupChanged = c.lookupChanged || !unchanged
 	c.mu.Unlock()
 	n.entryOut(c, out)
 	return c.EmbeddedInode()
@@ -556,7 +556,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	c, unchanged := n.child(ctx, name, r.FH, a)
 	c.mu.Lock()
-	c.lookupAt, c.lookupKeep = n.fsys.now(), unchanged
+	c.lookupChanged = c.lookupChanged || !unchanged
 	c.mu.Unlock()
 	n.entryOut(c, out)
 	return c.EmbeddedInode(), 0

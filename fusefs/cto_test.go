@@ -1,0 +1,85 @@
+package fusefs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// lsl lists dir and stats every entry, as ls -l does.
+func lsl(t *testing.T, dir string) {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	check(t, err)
+	for _, e := range es {
+		_, err := os.Lstat(filepath.Join(dir, e.Name()))
+		check(t, err)
+	}
+}
+
+// TestOpenAfterListingRevalidates: an open right after ls -l (whose
+// READDIRPLUS brought the file's attributes) still asks the server, as the
+// kernel client's open of a dentry it already had does: another client's
+// rewrite after the listing (same size, longer, renamed over) is read,
+// not the cached bytes, and the open file's attributes are the server's.
+func TestOpenAfterListingRevalidates(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		readLast bool // the file was read before the listing
+		rewrite  func(t *testing.T, real string)
+		want     string
+	}{
+		{"same-size", true, func(t *testing.T, real string) {
+			check(t, os.WriteFile(real, []byte("version two"), 0o644))
+		}, "version two"},
+		{"longer", true, func(t *testing.T, real string) {
+			check(t, os.WriteFile(real, []byte("version two, longer"), 0o644))
+		}, "version two, longer"},
+		{"longer/not-read-before", false, func(t *testing.T, real string) {
+			check(t, os.WriteFile(real, []byte("version two, longer"), 0o644))
+		}, "version two, longer"},
+		{"renamed-over", true, func(t *testing.T, real string) {
+			check(t, os.WriteFile(real+".new", []byte("version two"), 0o600))
+			check(t, os.Rename(real+".new", real))
+		}, "version two"},
+		{"renamed-over/not-read-before", false, func(t *testing.T, real string) {
+			check(t, os.WriteFile(real+".new", []byte("version two"), 0o600))
+			check(t, os.Rename(real+".new", real))
+		}, "version two"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startGoNFS(t, backendDisk)
+			check(t, os.Mkdir(filepath.Join(srv.Dir, "d"), 0o755))
+			real := filepath.Join(srv.Dir, "d", "f")
+			check(t, os.WriteFile(real, []byte("version one"), 0o644))
+			old := time.Now().Add(-time.Hour)
+			check(t, os.Chtimes(real, old, old))
+			o := DefaultOptions()
+			m := mountGoNFS(t, srv, &o)
+			if tc.readLast {
+				if b, err := os.ReadFile(m.path("d/f")); err != nil || string(b) != "version one" {
+					t.Fatalf("read: %q, %v", b, err)
+				}
+			}
+			lsl(t, m.path("d"))
+			tc.rewrite(t, real)
+			f, err := os.Open(m.path("d/f"))
+			check(t, err)
+			defer f.Close()
+			b := make([]byte, 64)
+			k, err := f.Read(b)
+			if err != nil || string(b[:k]) != tc.want {
+				t.Errorf("open right after ls -l, then read: %q, %v; want %q", b[:k], err, tc.want)
+			}
+			fi, err := f.Stat()
+			check(t, err)
+			sfi, err := os.Stat(real)
+			check(t, err)
+			if fi.Size() != sfi.Size() || !fi.ModTime().Equal(sfi.ModTime()) || fi.Mode() != sfi.Mode() {
+				t.Errorf("fstat of the open file: size %d mtime %v mode %v; the server's: %d %v %v",
+					fi.Size(), fi.ModTime(), fi.Mode(), sfi.Size(), sfi.ModTime(), sfi.Mode())
+			}
+		})
+	}
+}
