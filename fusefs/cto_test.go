@@ -3,6 +3,7 @@ package fusefs
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -81,5 +82,39 @@ func TestOpenAfterListingRevalidates(t *testing.T) {
 					fi.Size(), fi.ModTime(), fi.Mode(), sfi.Size(), sfi.ModTime(), sfi.Mode())
 			}
 		})
+	}
+}
+
+// TestOpendirRevalidates: a listing right after another, within the
+// attribute and listing-copy timeouts, sees another client's create and
+// unlink in the directory: the open of the directory revalidates it with
+// a GETATTR, as the kernel client's does, and a changed mtime drops the
+// copies of the listing.
+func TestOpendirRevalidates(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	dir := filepath.Join(srv.Dir, "d")
+	check(t, os.Mkdir(dir, 0o755))
+	check(t, os.WriteFile(filepath.Join(dir, "a"), []byte("a"), 0o644))
+	old := time.Now().Add(-time.Hour)
+	check(t, os.Chtimes(dir, old, old))
+	o := DefaultOptions()
+	o.AcDirMin, o.AcDirMax = time.Hour, time.Hour
+	m := mountGoNFS(t, srv, &o)
+	if got := listNames(t, m.path("d")); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("listing: %v", got)
+	}
+	check(t, os.WriteFile(filepath.Join(dir, "b"), []byte("b"), 0o644))
+	if got := listNames(t, m.path("d")); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("after another client's create: %v, want [a b]", got)
+	}
+	if _, err := os.Stat(m.path("d/b")); err != nil {
+		t.Errorf("stat of the name another client made, after the listing: %v", err)
+	}
+	check(t, os.Remove(filepath.Join(dir, "a")))
+	if got := listNames(t, m.path("d")); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("after another client's unlink: %v, want [b]", got)
+	}
+	if _, err := os.ReadFile(m.path("d/a")); !os.IsNotExist(err) {
+		t.Errorf("read of the name another client removed: %v, want ENOENT", err)
 	}
 }
