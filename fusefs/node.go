@@ -293,6 +293,14 @@ func (n *node) invalidateAttr() {
 	n.mu.Unlock()
 }
 
+// writesPending reports whether writes made through n are gathered or
+// behind, not yet answered by the server.
+func (n *node) writesPending() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pend != nil || n.wbCalls > 0
+}
+
 // getattr returns the object's attributes and how long they may be
 // trusted: the cached ones while fresh, unless force, else the server's.
 func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
@@ -565,6 +573,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if !n.fsys.ioGetattr(ctx) && n.writesPending() {
+		// A stat sees the writes made so far: the kernel client sends
+		// them before its GETATTR (nfs_getattr), so that the server's
+		// modification and change times are the stat's. Here the
+		// WRITEs' replies bring them (wcc_data). Not for FUSE's own
+		// GETATTR ahead of a read (ioGetattr).
+		n.drainWriteBehind()
+	}
 	n.mu.Lock()
 	if n.gone {
 		n.mu.Unlock()
