@@ -1,11 +1,17 @@
 package fusefs
 
 import (
+	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // lsl lists dir and stats every entry, as ls -l does.
@@ -116,5 +122,61 @@ func TestOpendirRevalidates(t *testing.T) {
 	}
 	if _, err := os.ReadFile(m.path("d/a")); !os.IsNotExist(err) {
 		t.Errorf("read of the name another client removed: %v, want ENOENT", err)
+	}
+}
+
+// unlinkedOnce rewrites the next GETATTR reply, once armed, to say the
+// object has no link left (nlink 0): what a server answers for a file
+// renamed over or removed by another client that something there still
+// holds (knfsd's open-file cache).
+type unlinkedOnce struct {
+	sunrpc.Transport
+	armed atomic.Bool
+}
+
+func (u *unlinkedOnce) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
+	prog, proc, _ := callProc(req.Head)
+	rep, err := u.Transport.RoundTrip(ctx, req)
+	if err != nil || prog != nfs3.Program || proc != nfs3.ProcGetattr || !u.armed.Load() {
+		return rep, err
+	}
+	d := sunrpc.NewBulkDecoder(rep.Inline, rep.Bulk)
+	if _, err := sunrpc.DecodeReply(d); err != nil || d.Uint32() != uint32(nfs3.StatusOK) {
+		return rep, nil
+	}
+	off := d.Offset() + 8 // type, mode
+	if off+4 <= len(rep.Inline) && u.armed.CompareAndSwap(true, false) {
+		binary.BigEndian.PutUint32(rep.Inline[off:], 0)
+	}
+	return rep, nil
+}
+
+// TestOpenOfUnlinkedLooksUpAgain: an open whose GETATTR finds the file with
+// no link left (another client renamed a new file over its name, or
+// removed it) looks the name up again, and opens what the name has now, as
+// the kernel client's open does (its revalidation of the name finds the
+// new file), instead of opening the old object, whose READs the server
+// then refuses (ESTALE).
+func TestOpenOfUnlinkedLooksUpAgain(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), []byte("hello"), 0o644))
+	o := DefaultOptions()
+	o.CallerIdentity = false // the open revalidates with GETATTR, not root's ACCESS
+	var u *unlinkedOnce
+	m := mountGoNFSVia(t, srv, &o, func(tr sunrpc.Transport) sunrpc.Transport {
+		u = &unlinkedOnce{Transport: tr}
+		return u
+	})
+	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "hello" {
+		t.Fatalf("read: %q, %v", b, err)
+	}
+	d := opDeltas(m)
+	u.armed.Store(true)
+	b, err := openRead(m.path("f"))
+	if err != nil || string(b) != "hello" {
+		t.Errorf("open of a file found unlinked, then read: %q, %v; want the name's file", b, err)
+	}
+	if l, g := d(nfs3.ProcLookup), d(nfs3.ProcGetattr); l < 1 || g < 2 {
+		t.Errorf("open of a file found unlinked: %d LOOKUP, %d GETATTR; want the name looked up again and the open retried", l, g)
 	}
 }

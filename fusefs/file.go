@@ -273,6 +273,22 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	changed := n.setAttr(&a) || seen
 	n.mu.Lock()
+	mine := n.opens > 0 || n.silly != nil
+	n.mu.Unlock()
+	if a.Nlink == 0 && !mine {
+		// No name has the object any more (another client renamed a
+		// file over it, or removed it), though the server still knows
+		// the handle (its open-file cache holds it). A path walk
+		// cannot have reached it through its name now: the name's
+		// entry goes and the open fails with ESTALE, which the VFS
+		// retries once with a new LOOKUP, finding what the name has
+		// now, as the kernel client's open, whose revalidation of the
+		// name finds the new file, does. Not while this mount has it
+		// open or silly renamed (an open through /proc/PID/fd).
+		n.forgetIfStale(nfs3.ErrStale)
+		return nil, 0, syscall.ESTALE
+	}
+	n.mu.Lock()
 	if n.fsys.opts.NoCTO {
 		changed = changed || n.staleData
 	}
