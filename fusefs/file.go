@@ -72,9 +72,8 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openF
 	return f
 }
 
-// lookupFresh is how long after its LOOKUP an open takes the attributes
-// that LOOKUP brought as its close-to-open revalidation: the kernel sends
-// the OPEN right after the LOOKUP of the same path walk.
+// lookupFresh bounds how long after the server last showed a directory's
+// state its complete set of names answers for a name not in it (names.go).
 const lookupFresh = time.Second
 
 // rootCalls reports whether the FUSE request of ctx is root's and its NFS
@@ -221,26 +220,13 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()
-	// The LOOKUP of this open's path walk brought the attributes: they are
-	// as fresh as a GETATTR's (the kernel client sends none after a
-	// LOOKUP either).
-	recent := !n.lookupAt.IsZero() && n.fsys.now().Sub(n.lookupAt) < min(n.fsys.opts.AcRegMin, lookupFresh)
-	keep, typ := n.lookupKeep, n.attrs.attr.Type
-	n.lookupAt = time.Time{}
+	// Attributes a LOOKUP or a listing brought since the last open showed
+	// the data changed: the cached pages go, whatever this open's GETATTR
+	// finds (it compares with those attributes, not the ones the pages
+	// were read under).
+	seen := n.lookupChanged
+	n.lookupChanged = false
 	n.mu.Unlock()
-	if recent {
-		if typ != nfs3.TypeReg {
-			return nil, 0, syscall.EINVAL
-		}
-		var fuseFlags uint32
-		if keep {
-			fuseFlags = fuse.FOPEN_KEEP_CACHE
-		} else {
-			n.dataGen.Add(1)
-			n.fsys.events.add(evDataInvalidate)
-		}
-		return n.newOpenFile(ctx, flags, pid), fuseFlags, 0
-	}
 	if n.fsys.opts.NoCTO {
 		// nocto: no revalidation of its own. While the cached attributes
 		// are trusted the cached data is kept, unless attributes seen
@@ -286,7 +272,23 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		n.markGone(err)
 		return nil, 0, toErrno(err)
 	}
-	changed := n.setAttr(&a)
+	changed := n.setAttr(&a) || seen
+	n.mu.Lock()
+	mine := n.opens > 0 || n.silly != nil
+	n.mu.Unlock()
+	if a.Nlink == 0 && !mine {
+		// No name has the object any more (another client renamed a
+		// file over it, or removed it), though the server still knows
+		// the handle (its open-file cache holds it). A path walk
+		// cannot have reached it through its name now: the name's
+		// entry goes and the open fails with ESTALE, which the VFS
+		// retries once with a new LOOKUP, finding what the name has
+		// now, as the kernel client's open, whose revalidation of the
+		// name finds the new file, does. Not while this mount has it
+		// open or silly renamed (an open through /proc/PID/fd).
+		n.forgetIfStale(nfs3.ErrStale)
+		return nil, 0, syscall.ESTALE
+	}
 	n.mu.Lock()
 	if n.fsys.opts.NoCTO {
 		changed = changed || n.staleData
