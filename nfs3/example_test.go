@@ -99,7 +99,7 @@ func ExampleStatus() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOENT), errors.Is(err, nfs3.ErrNoEnt))
 	// Output:
-	// lookup /docs/missing: NFS3ERR_NOENT
+	// lookup /docs/missing: NFS3ERR_NOENT (no such file or directory)
 	// true true true
 }
 

@@ -13,16 +13,32 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/xprt"
 )
 
 // MountOptions configures Mount. The zero value is usable.
 type MountOptions struct {
-	// MountPort and NFSPort are the TCP ports of the MOUNT and NFS services;
-	// 0 asks the port mapper on the host.
+	// MountPort is the TCP port of the MOUNT service; 0 asks the port
+	// mapper on the host.
 	MountPort int
-	NFSPort   int
-	// Transport, when set, carries the NFS calls instead of a TCP connection
-	// to NFSPort (e.g. an RPC-over-RDMA transport). The Target owns it.
+	// NFSPort is the port of the NFS service: 0 asks the port mapper over
+	// TCP and means RDMAPort (20049) over RDMA.
+	NFSPort int
+	// Proto is the NFS calls' transport: ProtoTCP (the zero value) or
+	// ProtoRDMA. MOUNT always goes over TCP.
+	Proto Proto
+	// NConnect is the number of connections the NFS calls are spread over
+	// (nfs(5) "nconnect"; default 1, at most MaxNConnect).
+	NConnect int
+	// RDMA configures each RDMA connection (ProtoRDMA); nil takes xprt's
+	// defaults. Addr is set from the host and NFSPort. A nil Fabric opens
+	// rdma-core (verbs/ibv), which the Target then owns; a Fabric given is
+	// the caller's. MaxIO defaults to the larger of Client.Rsize and
+	// Client.Wsize, or 1 MiB, and caps them.
+	RDMA *xprt.Config
+	// Transport, when set, carries the NFS calls instead of connections
+	// Mount opens (Proto, NConnect and RDMA are then unused, and Proto must
+	// be empty). The Target owns it.
 	Transport sunrpc.Transport
 	// TCP configures the TCP connections (MOUNT, port mapper, and NFS unless
 	// Transport is set).
@@ -67,10 +83,24 @@ func ProcessCred() (sunrpc.OpaqueAuth, error) {
 	return a.Credential()
 }
 
-// Target is a mounted export, addressed by paths relative to its root ("/" or
-// "" is the root). Methods return *fs.PathError around the NFS error, so
-// errors.Is(err, fs.ErrNotExist) and the like work. Symbolic links in paths are
-// not followed. It is safe for concurrent use.
+// Target is a mounted export. It is safe for concurrent use.
+//
+// Paths are io/fs names: slash-separated, relative to the export's root,
+// "." for the root ("docs/a"; see fs.ValidPath). The io/fs methods (Open,
+// Stat, ReadDir, ReadFile) accept only those, as io/fs requires. The other
+// methods accept them too and, for go-nfs-client's callers, rooted paths
+// ("/docs/a", "/" or "" for the root, "." and ".." resolved within the
+// export); that form is deprecated. Symbolic links in paths are not
+// followed.
+//
+// Every method that calls the server takes a context first, except the
+// io/fs ones, whose signatures io/fs fixes: they run under the Target's
+// lifetime (Close cancels them), and each has a twin with the Context
+// suffix that takes one (StatContext, ReadDirContext, ReadFileContext,
+// OpenContext; OpenFileContext for OpenFile).
+//
+// Methods return *fs.PathError around the NFS error, so errors.Is(err,
+// fs.ErrNotExist) and the like work.
 type Target struct {
 	c        *Client
 	root     FileHandle
@@ -82,7 +112,8 @@ type Target struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mount     *mountInfo // nil unless made by Mount
+	mount     *mountInfo    // nil unless made by Mount
+	fabric    *ownedFabric // the RDMA fabric Mount opened, if it did
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -96,12 +127,26 @@ type mountInfo struct {
 }
 
 // Mount mounts export from host: MOUNT (RFC 1813 Appendix I) over TCP for the
-// root handle, then an NFS client over TCP (or opts.Transport), and FSINFO for
-// the transfer sizes.
-func Mount(ctx context.Context, host, export string, opts *MountOptions) (*Target, error) {
+// root handle, then the NFS connections (opts.Proto: TCP by default, or
+// RPC-over-RDMA; opts.NConnect of them) or opts.Transport, and FSINFO for
+// the transfer sizes. host is a name or an address; over RDMA it is
+// resolved once (net.DefaultResolver, IPv4 preferred) and MOUNT and NFS go
+// to that address. MountRDMA and MountTCP take a "host:/export" spec. The
+// Target owns what Mount opened; a failed Mount leaves nothing open.
+func Mount(ctx context.Context, host, export string, opts *MountOptions) (t *Target, err error) {
 	var o MountOptions
 	if opts != nil {
 		o = *opts
+	}
+	fail := func(err error) error { return fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err) }
+	switch o.Proto {
+	case "", ProtoTCP:
+	case ProtoRDMA:
+		if o.Transport != nil {
+			return nil, errTransportAndProto
+		}
+	default:
+		return nil, fmt.Errorf("nfs3: unknown Proto %q (want %q or %q)", o.Proto, ProtoTCP, ProtoRDMA)
 	}
 	if o.Cred != nil {
 		o.Client.Cred = *o.Cred
@@ -124,33 +169,50 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (*Targe
 		tcp.NoResvPort = true
 	}
 	o.TCP = &tcp
+	var owned *ownedFabric
+	if o.Proto == ProtoRDMA {
+		// The local prerequisites first: without RDMA there is no point
+		// asking the server for anything.
+		rdmaSizes(&o)
+		if o.RDMA.Fabric == nil {
+			fab, err := openFabric()
+			if err != nil {
+				return nil, fail(err)
+			}
+			o.RDMA.Fabric, owned = fab, &ownedFabric{f: fab}
+		}
+		addr, err := resolveHost(ctx, host)
+		if err != nil {
+			return nil, fail(err)
+		}
+		host = addr.String()
+	}
 	mc, err := DialMount(ctx, host, o.MountPort, o.Client.Cred, o.TCP)
 	if err != nil {
-		return nil, fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err)
+		return nil, fail(err)
 	}
 	mres, err := mc.Mnt(ctx, export)
 	mc.Close()
 	if err != nil {
-		return nil, fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err)
+		return nil, fail(err)
 	}
 	tr := o.Transport
 	if tr == nil {
-		tcp, err := dialService(ctx, host, o.NFSPort, Program, Version, o.TCP)
-		if err != nil {
-			return nil, fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err)
+		if tr, err = dialNFS(ctx, &o, host); err != nil {
+			return nil, fail(err)
 		}
-		tr = tcp
 	}
 	c, err := NewClient(tr, &o.Client)
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
-	t := NewTarget(c, mres.FH, o.MaxDirty)
+	t = NewTarget(c, mres.FH, o.MaxDirty)
 	t.mount = &mountInfo{host: host, port: o.MountPort, export: export, cred: o.Client.Cred, tcp: o.TCP}
+	t.fabric = owned
 	if _, _, err := c.IOSizes(ctx, mres.FH); err != nil {
 		t.Close()
-		return nil, fmt.Errorf("nfs3: mount %s:%s: FSINFO: %w", host, export, err)
+		return nil, fail(fmt.Errorf("FSINFO: %w", err))
 	}
 	return t, nil
 }
@@ -172,12 +234,18 @@ func (t *Target) Client() *Client { return t.c }
 // Root returns the export's root handle.
 func (t *Target) Root() FileHandle { return t.root }
 
-// Close cancels the Files' pending I/O and closes the NFS transport. It does
-// not tell the server (see Unmount). Idempotent.
+// Close cancels the Files' pending I/O and closes the NFS transport, and with
+// it everything Mount opened. It does not tell the server (see Unmount).
+// Idempotent. rdma-core's fabric holds nothing of its own once its
+// connections are closed: for a fabric Mount opened, Close checks that no
+// verbs resource is left and reports one that is.
 func (t *Target) Close() error {
 	t.closeOnce.Do(func() {
 		t.cancel()
 		t.closeErr = t.c.Close()
+		if t.fabric != nil {
+			t.closeErr = errors.Join(t.closeErr, t.fabric.close())
+		}
 	})
 	return t.closeErr
 }
