@@ -112,7 +112,7 @@ type Target struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mount     *mountInfo    // nil unless made by Mount
+	mount     *mountInfo   // nil unless made by Mount
 	fabric    *ownedFabric // the RDMA fabric Mount opened, if it did
 	closeOnce sync.Once
 	closeErr  error
