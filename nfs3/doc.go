@@ -1,6 +1,16 @@
 // Package nfs3 is an NFS version 3 client (RFC 1813) on any sunrpc.Transport,
 // with the MOUNT version 3 protocol (RFC 1813 Appendix I).
 //
+// MountRDMA is the front door: one call mounts "host:/export" with the NFS
+// calls over RPC-over-RDMA (MOUNT over TCP, the server's port 20049,
+// nconnect connections, a host name resolved), opening rdma-core itself;
+// the Target it returns owns all of it and Close releases it. MountTCP does
+// the same over TCP; Mount takes the host and the export apart and the
+// transport as MountOptions.Proto. RDMA needs cgo on Linux: with cgo the
+// package links rdma-core (its headers, libibverbs-dev and librdmacm-dev,
+// to build; its libraries to run); built with CGO_ENABLED=0 it is TCP-only
+// and MountRDMA's error says how to get RDMA.
+//
 // Client is the handle-based API: the 22 procedures of RFC 1813 §3.3 with
 // their full arguments and results, JUKEBOX retries, directory paging with
 // loop detection, and a throughput layer (ReadAt, WriteAt) that splits large
@@ -12,9 +22,14 @@
 // without copies.
 //
 // Target and File are the path-based API, shaped like go-nfs-client's (see
-// MIGRATING.md). Target is also an io/fs file system (fs.FS, fs.ReadDirFS,
+// MIGRATING.md). Paths are io/fs names ("docs/a", "." for the root); the
+// methods that are not io/fs's also take go-nfs-client's rooted paths
+// ("/docs/a"), a deprecated form. Every method that calls the server takes
+// a context, except those whose signatures io/fs and io fix, which run
+// under the Target's lifetime and each have a twin with the Context suffix
+// (Stat and StatContext, Read and ReadContext). Target is also an io/fs file system (fs.FS, fs.ReadDirFS,
 // fs.StatFS, fs.ReadFileFS: fs.WalkDir, fs.Glob, http.FS and testing/fstest
-// work on an export) and *File an fs.File and fs.ReadDirFile. OpenFile takes
+// work on an export) and *File an fs.File and fs.ReadDirFile. OpenFileContext takes
 // os.OpenFile's flags (O_CREATE, O_EXCL as an EXCLUSIVE create, O_TRUNC,
 // O_APPEND, the access modes). File's io methods honour deadlines
 // (SetDeadline) and have *Context variants, so that a server that stops
@@ -25,8 +40,9 @@
 // over TCP from a reserved source port when the process may bind one
 // (MountOptions.NoResvPort opts out), clamps the times it sends to NFSv3's
 // unsigned 32-bit seconds, and maps NFS errors to errno values as the kernel
-// client does: errors are Status values (NFS3ERR_*) inside *fs.PathError that
-// match io/fs sentinels and syscall errors with errors.Is.
+// client does: errors are Status values inside *fs.PathError that read as
+// the status and its meaning ("open docs/a: NFS3ERR_ACCES (permission
+// denied)") and match io/fs sentinels and syscall errors with errors.Is.
 //
 // Package nfs3test is a conformance suite for the path API, and gonfstest
 // an in-process go-nfs server for tests.

@@ -3,44 +3,51 @@ package nfs3_test
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log"
-	"net/netip"
+	"os"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
-	"github.com/nfsrdma/nfsrdma/verbs/ibv"
-	"github.com/nfsrdma/nfsrdma/xprt"
 )
 
-// Mount an export over RPC-over-RDMA and read a file: MOUNT goes over TCP
-// (from a reserved port when the process may bind one), the NFS calls over
-// RDMA to the server's port 20049. It needs a server and an RDMA device, so
-// `go test` compiles it but does not run it; to try it, copy the body into
-// a main package, put in your server's address and export, and build it
-// with cgo (see the README's Install). Example_rdma runs the same calls on
-// the simulated fabric.
-func ExampleMount_rdma() {
+// Mount an export over RPC-over-RDMA in one call, write a file, read it
+// back and list the directory. MountRDMA resolves the host name, asks
+// MOUNT over TCP (from a reserved port when the process may bind one) for
+// the root handle, and connects to the server's port 20049 over RDMA through
+// rdma-core, which it opens; Close releases all of it. It needs a server
+// and an RDMA device (Soft-RoCE will do) and a build with cgo, so `go test`
+// compiles it but does not run it: copy the body into a main package with
+// your server and export to try it. TestMountRDMA runs the same calls on the
+// simulated fabric, and the integration suite against the Linux server.
+func ExampleMountRDMA() {
 	ctx := context.Background()
-	server := netip.MustParseAddr("10.99.0.1")
+	target, err := nfs3.MountRDMA(ctx, "server.example:/export", &nfs3.MountOptions{
+		NConnect: 2, // two RDMA connections, as nfs(5)'s nconnect=2
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer target.Close()
 
-	fab, err := ibv.Open() // rdma-core through cgo
+	f, err := target.OpenFileContext(ctx, "hello.txt", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		log.Fatal(err)
 	}
-	t, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: netip.AddrPortFrom(server, 20049)})
+	if _, err := f.WriteContext(ctx, []byte("hello over RDMA\n")); err != nil {
+		log.Fatal(err)
+	}
+	if err := f.CloseContext(ctx); err != nil { // commits the write
+		log.Fatal(err)
+	}
+	b, err := target.ReadFileContext(ctx, "hello.txt")
 	if err != nil {
 		log.Fatal(err)
 	}
-	// The Target owns the transport and closes it at Unmount.
-	target, err := nfs3.Mount(ctx, server.String(), "/export", &nfs3.MountOptions{Transport: t})
-	if err != nil {
-		t.Close()
-		log.Fatal(err)
-	}
-	defer target.Unmount(ctx)
-
-	b, err := target.ReadFileContext(ctx, "/hello.txt")
+	fmt.Print(string(b))
+	// Target is an fs.FS too.
+	names, err := fs.Glob(target, "*.txt")
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("%d bytes\n", len(b))
+	fmt.Println(names)
 }
