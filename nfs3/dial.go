@@ -50,6 +50,12 @@ const defaultRDMAMaxIO = 1 << 20
 //
 // The Target owns everything MountRDMA opened (connections and the fabric):
 // Close or Unmount releases it all.
+//
+// The RDMA buffers are registered, locked memory: with xprt's defaults
+// (opts.RDMA nil) over 32 MiB per connection, IOBuffers times MaxIO and the
+// inline buffers. Where RLIMIT_MEMLOCK (ulimit -l) is below NConnect times
+// that, registering them fails: raise the limit (root has none), or make
+// opts.RDMA.IOBuffers or MaxIO smaller.
 func MountRDMA(ctx context.Context, spec string, opts *MountOptions) (*Target, error) {
 	return mountSpec(ctx, spec, opts, ProtoRDMA)
 }
