@@ -17,13 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
-// The library's front door against knfsd: nfs3.MountRDMA and nfs3.MountTCP
-// with a "host:/export" spec naming the server by a host name, as
-// ExampleMountRDMA does, then write, read back, list and Close; after Close
-// the process must be as before: no goroutine and no RDMA file left.
+// The library's front door against knfsd: nfsrdma.Mount over RDMA and over
+// TCP with a "host:/export" spec naming the server by a host name, as
+// nfsrdma's ExampleMount does, then write, read back, list and Close; after
+// Close the process must be as before: no goroutine and no RDMA file left.
 
 // serverName is a host name of the bed's server, which these tests give it
 // in the guest's /etc/hosts (the guest's root is a throw-away snapshot).
@@ -96,17 +97,20 @@ func currentState(t *testing.T) processState {
 func TestLibraryMount(t *testing.T) {
 	nameServer(t)
 	for _, tc := range []struct {
-		name  string
-		mount func(context.Context, string, *nfs3.MountOptions) (*nfs3.Target, error)
+		name string
+		tcp  bool
 	}{
-		{"rdma", nfs3.MountRDMA},
-		{"tcp", nfs3.MountTCP},
+		{"rdma", false},
+		{"tcp", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			before := currentState(t)
-			target, err := tc.mount(ctx, serverName+":"+insecureExportDir, &nfs3.MountOptions{NConnect: 2})
+			target, err := nfsrdma.Mount(ctx, serverName+":"+insecureExportDir, &nfsrdma.Options{
+				MountOptions: nfs3.MountOptions{NConnect: 2},
+				TCP:          tc.tcp,
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +161,7 @@ func TestLibraryMount(t *testing.T) {
 			}
 			closed = true
 			if err := target.Close(); err != nil {
-				t.Fatalf("Close: %v", err) // for RDMA: a verbs resource left on the fabric MountRDMA opened
+				t.Fatalf("Close: %v", err) // for RDMA: a verbs resource left on the fabric Mount opened
 			}
 			var after processState
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -1,248 +1,88 @@
 package nfs3
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
-	"fmt"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 
-	"github.com/nfsrdma/nfsrdma/nfs3/gonfstest"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
-	"github.com/nfsrdma/nfsrdma/verbs"
-	"github.com/nfsrdma/nfsrdma/verbs/sim"
-	"github.com/nfsrdma/nfsrdma/xprt"
-	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
-
-// rdmaBed is a server for MountRDMA on the simulated fabric: go-nfs over an
-// in-memory file system behind both MOUNT over TCP on 127.0.0.1 and
-// RPC-over-RDMA at 127.0.0.1:20049 of a sim fabric, so that the root handle
-// MOUNT gives works over RDMA.
-type rdmaBed struct {
-	fab       *sim.Fabric
-	srv       *xprttest.Server
-	mountPort int
-	tcpConns  atomic.Int64 // TCP connections accepted (MOUNT)
-}
-
-func newRDMABed(t *testing.T) *rdmaBed {
-	t.Helper()
-	fsys := gonfstest.NewMemFS()
-	if err := fsys.MkdirAll("/.keep", 0o755); err != nil { // memfs acknowledges its root only once it holds something
-		t.Fatal(err)
-	}
-	rpc := gonfstest.NewRPCServer(fsys)
-	b := &rdmaBed{fab: sim.NewFabric(sim.PanicOnDoubleInvalidation())}
-	var err error
-	b.srv, err = xprttest.Start(xprttest.Config{Fabric: b.fab, Handler: rpc,
-		Addr: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), RDMAPort)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.mountPort = ln.Addr().(*net.TCPAddr).Port
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b.tcpConns.Add(1)
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-			wg.Go(func() {
-				defer conn.Close()
-				br := bufio.NewReader(conn)
-				for {
-					rec, err := readTestRecord(br)
-					if err != nil {
-						return
-					}
-					rep := rpc.ServeRPC(rec)
-					if rep == nil {
-						return
-					}
-					out := binary.BigEndian.AppendUint32(nil, uint32(len(rep))|1<<31)
-					if _, err := conn.Write(append(out, rep...)); err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-		b.srv.Close()
-		rpc.Close()
-		b.fab.Close()
-	})
-	return b
-}
-
-// useFabric makes Mount open fab in place of rdma-core.
-func useFabric(t *testing.T, fab verbs.Fabric, err error) {
-	saved := openFabric
-	openFabric = func() (verbs.Fabric, error) { return fab, err }
-	t.Cleanup(func() { openFabric = saved })
-}
-
-// TestMountRDMA mounts by host name over RDMA with two connections on a
-// fabric Mount opened, writes, reads back and lists, and checks that Close
-// releases the connections and the fabric.
-func TestMountRDMA(t *testing.T) {
-	b := newRDMABed(t)
-	useFabric(t, b.fab, nil)
-	ctx := testCtx(t)
-	tgt, err := MountRDMA(ctx, "localhost:/", &MountOptions{
-		MountPort: b.mountPort,
-		Cred:      &sunrpc.AuthNone,
-		NConnect:  2,
-		RDMA:      &xprt.Config{IOBuffers: 8},
-		Client:    ClientOptions{Rsize: 64 << 10},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// rsize as asked; wsize capped by the RDMA buffers MaxIO sized from it.
-	if r, w, err := tgt.Client().IOSizes(ctx, tgt.Root()); err != nil || r != 64<<10 || w != 64<<10 {
-		t.Errorf("IOSizes = %d, %d, %v; want 64 KiB both (MaxIO from Rsize)", r, w, err)
-	}
-	if got := b.srv.Stats().Connections; got != 2 {
-		t.Errorf("RDMA connections = %d, want 2 (NConnect)", got)
-	}
-	if _, err := tgt.Mkdir(ctx, "docs", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data := bytes.Repeat([]byte("nfsrdma "), 40<<10) // 320 KiB: several READs and WRITEs
-	f, err := tgt.OpenFileContext(ctx, "docs/a", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteContext(ctx, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.CloseContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := tgt.ReadFileContext(ctx, "docs/a")
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(data))
-	}
-	ents, err := tgt.ReadDirContext(ctx, "docs")
-	if err != nil || len(ents) != 1 || ents[0].Name() != "a" {
-		t.Fatalf("ReadDirContext(docs) = %v, %v", ents, err)
-	}
-	if st := b.srv.Stats(); st.ReadChunkBytes == 0 || st.WriteChunkBytes == 0 {
-		t.Errorf("no chunk traffic (%+v): the data did not go over RDMA", st)
-	}
-	// The server's resources live on the same simulated fabric: let them go
-	// first, so that what Close checks is the Target's.
-	b.srv.Close()
-	if err := tgt.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if live := b.fab.Live(); !live.Zero() {
-		t.Errorf("verbs resources left: %+v", live)
-	}
-	if _, err := b.fab.Devices(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.fab.OpenDevice("sim0"); !errors.Is(err, verbs.ErrClosed) {
-		t.Errorf("the fabric Mount opened is still open after Close (OpenDevice: %v)", err)
-	}
-}
-
-// TestMountRDMACloseReportsLeak: a verbs resource still live on the fabric
-// Mount opened, once the connections are closed, is Close's error.
-func TestMountRDMACloseReportsLeak(t *testing.T) {
-	b := newRDMABed(t)
-	useFabric(t, b.fab, nil)
-	ctx := testCtx(t)
-	tgt, err := MountRDMA(ctx, "127.0.0.1:/", &MountOptions{MountPort: b.mountPort, Cred: &sunrpc.AuthNone, RDMA: &xprt.Config{IOBuffers: 4, MaxIO: 64 << 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.srv.Close()
-	dev, err := b.fab.OpenDevice("sim0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
-	if err := tgt.Close(); err == nil || !strings.Contains(err.Error(), "still live") {
-		t.Fatalf("Close with a device left open = %v, want the leak reported", err)
-	}
-}
-
-// TestMountRDMAGivenFabric: a Fabric in MountOptions.RDMA is the caller's:
-// Close leaves it open.
-func TestMountRDMAGivenFabric(t *testing.T) {
-	b := newRDMABed(t)
-	useFabric(t, nil, errors.New("Mount opened a fabric although one was given"))
-	ctx := testCtx(t)
-	tgt, err := MountRDMA(ctx, "localhost:/", &MountOptions{MountPort: b.mountPort, Cred: &sunrpc.AuthNone,
-		RDMA: &xprt.Config{Fabric: b.fab, IOBuffers: 4, MaxIO: 64 << 10}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := tgt.Close(); err != nil {
-		t.Fatal(err)
-	}
-	d, err := b.fab.OpenDevice("sim0")
-	if err != nil {
-		t.Fatalf("the caller's fabric was closed: %v", err)
-	}
-	d.Close()
-}
-
-// TestMountRDMANoRDMA: without RDMA (a build without cgo, no device) the
-// mount fails at once with the fabric's error, before asking the server.
-func TestMountRDMANoRDMA(t *testing.T) {
-	b := newRDMABed(t)
-	useFabric(t, nil, fmt.Errorf("%w: this binary was built without cgo", verbs.ErrNoRDMA))
-	_, err := MountRDMA(testCtx(t), "localhost:/", &MountOptions{MountPort: b.mountPort, Cred: &sunrpc.AuthNone})
-	if !errors.Is(err, verbs.ErrNoRDMA) || !strings.Contains(err.Error(), "nfs3: mount localhost:/: ") {
-		t.Fatalf("err = %v, want the mount's ErrNoRDMA", err)
-	}
-	if n := b.tcpConns.Load(); n != 0 {
-		t.Errorf("%d MOUNT connections made without RDMA", n)
-	}
-}
 
 func TestMountOptionsRefused(t *testing.T) {
 	ctx := testCtx(t)
-	if _, err := Mount(ctx, "127.0.0.1", "/", &MountOptions{Proto: ProtoRDMA, Transport: &memTransport{}}); !errors.Is(err, errTransportAndProto) {
-		t.Errorf("Transport with ProtoRDMA: %v", err)
+	dial := func(context.Context, netip.Addr) (sunrpc.Transport, error) { return nil, errors.New("dialed") }
+	released := 0
+	_, err := Mount(ctx, "127.0.0.1", "/", &MountOptions{Transport: &memTransport{}, Dial: dial, Release: func() error { released++; return nil }})
+	if err == nil || !strings.Contains(err.Error(), "Transport and Dial") {
+		t.Errorf("Transport with Dial: %v", err)
 	}
-	if _, err := Mount(ctx, "127.0.0.1", "/", &MountOptions{Proto: "udp"}); err == nil || !strings.Contains(err.Error(), `unknown Proto "udp"`) {
-		t.Errorf("Proto udp: %v", err)
+	if released != 1 {
+		t.Errorf("a failed Mount called Release %d times, want 1", released)
 	}
 	if _, err := MountTCP(ctx, "127.0.0.1", nil); err == nil || !strings.Contains(err.Error(), "want host:/export") {
 		t.Errorf("spec without export: %v", err)
 	}
 }
+
+// TestMountDial: with Dial, the host is resolved once, MOUNT goes to the
+// address, Dial makes NConnect connections to it, and Release runs once the
+// connections are closed.
+func TestMountDial(t *testing.T) {
+	s := startGoNFS(t)
+	ctx := testCtx(t)
+	var dialed []netip.Addr
+	var closedBeforeRelease, released atomic.Int32
+	var conns atomic.Int32
+	o := &MountOptions{MountPort: s.port, Cred: &sunrpc.AuthNone, NConnect: 3,
+		Dial: func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
+			dialed = append(dialed, addr)
+			t, err := sunrpc.DialTCP(ctx, netip.AddrPortFrom(addr, uint16(s.port)).String(), nil)
+			if err != nil {
+				return nil, err
+			}
+			conns.Add(1)
+			return closeCounted{t, &conns}, nil
+		},
+		Release: func() error {
+			released.Add(1)
+			closedBeforeRelease.Store(3 - conns.Load())
+			return errors.New("released")
+		},
+	}
+	tgt, err := MountTCP(ctx, "localhost:/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := netip.MustParseAddr("127.0.0.1"); len(dialed) != 3 || dialed[0] != want || dialed[2] != want {
+		t.Errorf("dialed %v, want 127.0.0.1 three times", dialed)
+	}
+	if err := tgt.Client().Null(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if released.Load() != 0 {
+		t.Fatal("released while mounted")
+	}
+	if err := tgt.Close(); err == nil || !strings.Contains(err.Error(), "released") {
+		t.Errorf("Close = %v, want Release's error", err)
+	}
+	tgt.Close()
+	if released.Load() != 1 || closedBeforeRelease.Load() != 3 {
+		t.Errorf("Release called %d times with %d of 3 connections closed before; want once, after all", released.Load(), closedBeforeRelease.Load())
+	}
+}
+
+type closeCounted struct {
+	sunrpc.Transport
+	n *atomic.Int32
+}
+
+func (c closeCounted) Close() error { c.n.Add(-1); return c.Transport.Close() }
 
 // TestMountTCPSpec mounts "localhost:/" over TCP with two connections.
 func TestMountTCPSpec(t *testing.T) {

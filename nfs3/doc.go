@@ -1,15 +1,12 @@
 // Package nfs3 is an NFS version 3 client (RFC 1813) on any sunrpc.Transport,
 // with the MOUNT version 3 protocol (RFC 1813 Appendix I).
 //
-// MountRDMA is the front door: one call mounts "host:/export" with the NFS
-// calls over RPC-over-RDMA (MOUNT over TCP, the server's port 20049,
-// nconnect connections, a host name resolved), opening rdma-core itself;
-// the Target it returns owns all of it and Close releases it. MountTCP does
-// the same over TCP; Mount takes the host and the export apart and the
-// transport as MountOptions.Proto. RDMA needs cgo on Linux: with cgo the
-// package links rdma-core (its headers, libibverbs-dev and librdmacm-dev,
-// to build; its libraries to run); built with CGO_ENABLED=0 it is TCP-only
-// and MountRDMA's error says how to get RDMA.
+// Mount mounts an export: MOUNT over TCP for the root handle, then the NFS
+// connections (MountOptions.NConnect of them; TCP, or those
+// MountOptions.Dial makes), and the Target it returns owns them; MountTCP
+// takes a "host:/export" spec. Package nfsrdma (the module's root) mounts
+// over RDMA in one call through MountOptions.Dial; this package itself is
+// pure Go.
 //
 // Client is the handle-based API: the 22 procedures of RFC 1813 §3.3 with
 // their full arguments and results, JUKEBOX retries, directory paging with

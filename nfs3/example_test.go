@@ -41,7 +41,7 @@ func Example() {
 	ctx := context.Background()
 
 	// Against knfsd: nfs3.MountTCP(ctx, "server:/export", nil) finds the
-	// ports with the port mapper and sends AUTH_SYS (nfs3.MountRDMA: the
+	// ports with the port mapper and sends AUTH_SYS (nfsrdma.Mount: the
 	// same over RDMA).
 	target, err := nfs3.Mount(ctx, host, "/", &nfs3.MountOptions{
 		MountPort: port, NFSPort: port, Cred: &sunrpc.AuthNone,

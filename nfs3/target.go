@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path"
 	"strings"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
-	"github.com/nfsrdma/nfsrdma/xprt"
 )
 
 // MountOptions configures Mount. The zero value is usable.
@@ -24,21 +24,22 @@ type MountOptions struct {
 	// NFSPort is the port of the NFS service: 0 asks the port mapper over
 	// TCP and means RDMAPort (20049) over RDMA.
 	NFSPort int
-	// Proto is the NFS calls' transport: ProtoTCP (the zero value) or
-	// ProtoRDMA. MOUNT always goes over TCP.
-	Proto Proto
 	// NConnect is the number of connections the NFS calls are spread over
 	// (nfs(5) "nconnect"; default 1, at most MaxNConnect).
 	NConnect int
-	// RDMA configures each RDMA connection (ProtoRDMA); nil takes xprt's
-	// defaults. Addr is set from the host and NFSPort. A nil Fabric opens
-	// rdma-core (verbs/ibv), which the Target then owns; a Fabric given is
-	// the caller's. MaxIO defaults to the larger of Client.Rsize and
-	// Client.Wsize, or 1 MiB, and caps them.
-	RDMA *xprt.Config
+	// Dial, when set, opens each of the NConnect connections of the NFS
+	// calls, to addr, the server's address (package nfsrdma's Mount dials
+	// RPC-over-RDMA with it). host is then resolved once (ResolveHost) and
+	// MOUNT goes to that address too.
+	Dial func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error)
+	// Release, when set, is called once the Target's connections are
+	// closed (at Close or Unmount), or when Mount fails: it releases what
+	// Dial made them from (nfsrdma's Mount: the RDMA fabric it opened).
+	// Mount owns it from the moment it is called.
+	Release func() error
 	// Transport, when set, carries the NFS calls instead of connections
-	// Mount opens (Proto, NConnect and RDMA are then unused, and Proto must
-	// be empty). The Target owns it.
+	// Mount opens (NConnect and Dial are then unused, and Dial must be
+	// nil). The Target owns it.
 	Transport sunrpc.Transport
 	// TCP configures the TCP connections (MOUNT, port mapper, and NFS unless
 	// Transport is set).
@@ -113,7 +114,7 @@ type Target struct {
 	cancel context.CancelFunc
 
 	mount     *mountInfo   // nil unless made by Mount
-	fabric    *ownedFabric // the RDMA fabric Mount opened, if it did
+	release   func() error // MountOptions.Release
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -127,26 +128,27 @@ type mountInfo struct {
 }
 
 // Mount mounts export from host: MOUNT (RFC 1813 Appendix I) over TCP for the
-// root handle, then the NFS connections (opts.Proto: TCP by default, or
-// RPC-over-RDMA; opts.NConnect of them) or opts.Transport, and FSINFO for
-// the transfer sizes. host is a name or an address; over RDMA it is
-// resolved once (net.DefaultResolver, IPv4 preferred) and MOUNT and NFS go
-// to that address. MountRDMA and MountTCP take a "host:/export" spec. The
-// Target owns what Mount opened; a failed Mount leaves nothing open.
+// root handle, then the NFS connections (opts.NConnect of them, over TCP or
+// opts.Dial) or opts.Transport, and FSINFO for the transfer sizes. host is a
+// name or an address. MountTCP takes a "host:/export" spec, and package
+// nfsrdma's Mount mounts over RDMA. The Target owns what Mount opened; a
+// failed Mount leaves nothing open.
 func Mount(ctx context.Context, host, export string, opts *MountOptions) (t *Target, err error) {
 	var o MountOptions
 	if opts != nil {
 		o = *opts
 	}
-	fail := func(err error) error { return fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err) }
-	switch o.Proto {
-	case "", ProtoTCP:
-	case ProtoRDMA:
-		if o.Transport != nil {
-			return nil, errTransportAndProto
-		}
-	default:
-		return nil, fmt.Errorf("nfs3: unknown Proto %q (want %q or %q)", o.Proto, ProtoTCP, ProtoRDMA)
+	if o.Release != nil {
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, o.Release())
+			}
+		}()
+	}
+	name := host // as given: errors name the server so
+	fail := func(err error) error { return fmt.Errorf("nfs3: mount %s:%s: %w", name, export, err) }
+	if o.Transport != nil && o.Dial != nil {
+		return nil, errors.New("nfs3: MountOptions.Transport and Dial both given")
 	}
 	if o.Cred != nil {
 		o.Client.Cred = *o.Cred
@@ -169,20 +171,9 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (t *Tar
 		tcp.NoResvPort = true
 	}
 	o.TCP = &tcp
-	var owned *ownedFabric
-	if o.Proto == ProtoRDMA {
-		// The local prerequisites first: without RDMA there is no point
-		// asking the server for anything.
-		rdmaSizes(&o)
-		if o.RDMA.Fabric == nil {
-			fab, err := openFabric()
-			if err != nil {
-				return nil, fail(err)
-			}
-			o.RDMA.Fabric, owned = fab, &ownedFabric{f: fab}
-		}
-		addr, err := resolveHost(ctx, host)
-		if err != nil {
+	var addr netip.Addr
+	if o.Dial != nil {
+		if addr, err = ResolveHost(ctx, host); err != nil {
 			return nil, fail(err)
 		}
 		host = addr.String()
@@ -198,7 +189,7 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (t *Tar
 	}
 	tr := o.Transport
 	if tr == nil {
-		if tr, err = dialNFS(ctx, &o, host); err != nil {
+		if tr, err = dialNFS(ctx, &o, host, addr); err != nil {
 			return nil, fail(err)
 		}
 	}
@@ -209,11 +200,11 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (t *Tar
 	}
 	t = NewTarget(c, mres.FH, o.MaxDirty)
 	t.mount = &mountInfo{host: host, port: o.MountPort, export: export, cred: o.Client.Cred, tcp: o.TCP}
-	t.fabric = owned
 	if _, _, err := c.IOSizes(ctx, mres.FH); err != nil {
 		t.Close()
 		return nil, fail(fmt.Errorf("FSINFO: %w", err))
 	}
+	t.release = o.Release // only now: a failure above releases it itself
 	return t, nil
 }
 
@@ -234,17 +225,15 @@ func (t *Target) Client() *Client { return t.c }
 // Root returns the export's root handle.
 func (t *Target) Root() FileHandle { return t.root }
 
-// Close cancels the Files' pending I/O and closes the NFS transport, and with
-// it everything Mount opened. It does not tell the server (see Unmount).
-// Idempotent. rdma-core's fabric holds nothing of its own once its
-// connections are closed: for a fabric Mount opened, Close checks that no
-// verbs resource is left and reports one that is.
+// Close cancels the Files' pending I/O, closes the NFS transport, and with
+// it everything Mount opened, then calls MountOptions.Release. It does not
+// tell the server (see Unmount). Idempotent.
 func (t *Target) Close() error {
 	t.closeOnce.Do(func() {
 		t.cancel()
 		t.closeErr = t.c.Close()
-		if t.fabric != nil {
-			t.closeErr = errors.Join(t.closeErr, t.fabric.close())
+		if t.release != nil {
+			t.closeErr = errors.Join(t.closeErr, t.release())
 		}
 	})
 	return t.closeErr

@@ -1,4 +1,4 @@
-package nfs3_test
+package nfsrdma_test
 
 import (
 	"context"
@@ -7,22 +7,23 @@ import (
 	"log"
 	"os"
 
+	"github.com/nfsrdma/nfsrdma"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
 // Mount an export over RPC-over-RDMA in one call, write a file, read it
-// back and list the directory. MountRDMA resolves the host name, asks
-// MOUNT over TCP (from a reserved port when the process may bind one) for
-// the root handle, and connects to the server's port 20049 over RDMA through
-// rdma-core, which it opens; Close releases all of it. It needs a server
-// and an RDMA device (Soft-RoCE will do) and a build with cgo, so `go test`
+// back and list the directory. Mount resolves the host name, asks MOUNT
+// over TCP (from a reserved port when the process may bind one) for the
+// root handle, and connects to the server's port 20049 over RDMA through
+// rdma-core, which it opens; Close releases all of it. It needs a server, an
+// RDMA device (Soft-RoCE will do) and a build with cgo, so `go test`
 // compiles it but does not run it: copy the body into a main package with
-// your server and export to try it. TestMountRDMA runs the same calls on the
+// your server and export to try it. TestMount runs the same calls on the
 // simulated fabric, and the integration suite against the Linux server.
-func ExampleMountRDMA() {
+func ExampleMount() {
 	ctx := context.Background()
-	target, err := nfs3.MountRDMA(ctx, "server.example:/export", &nfs3.MountOptions{
-		NConnect: 2, // two RDMA connections, as nfs(5)'s nconnect=2
+	target, err := nfsrdma.Mount(ctx, "server.example:/export", &nfsrdma.Options{
+		MountOptions: nfs3.MountOptions{NConnect: 2}, // two RDMA connections, as nfs(5)'s nconnect=2
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -44,7 +45,7 @@ func ExampleMountRDMA() {
 		log.Fatal(err)
 	}
 	fmt.Print(string(b))
-	// Target is an fs.FS too.
+	// The Target is an fs.FS too.
 	names, err := fs.Glob(target, "*.txt")
 	if err != nil {
 		log.Fatal(err)
