@@ -21,8 +21,8 @@ type MountOptions struct {
 	// MountPort is the TCP port of the MOUNT service; 0 asks the port
 	// mapper on the host.
 	MountPort int
-	// NFSPort is the port of the NFS service: 0 asks the port mapper over
-	// TCP and means RDMAPort (20049) over RDMA.
+	// NFSPort is the TCP port of the NFS service; 0 asks the port mapper.
+	// Dial does not use it (nfsrdma's Mount: 0 is port 20049 over RDMA).
 	NFSPort int
 	// NConnect is the number of connections the NFS calls are spread over
 	// (nfs(5) "nconnect"; default 1, at most MaxNConnect).
