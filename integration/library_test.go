@@ -48,6 +48,16 @@ func nameServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("naming the server in /etc/hosts: %v", err)
 	}
+	// Go's resolver re-reads /etc/hosts at most every 5 seconds.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip4", serverName)
+		if err == nil && slices.Contains(addrs, serverAddr) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not resolve to %s after its line in /etc/hosts: %v, %v", serverName, serverAddr, addrs, err)
+		}
+	}
 }
 
 // processState is what a closed mount must give back: the goroutines
