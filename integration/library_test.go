@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"slices"
@@ -34,7 +35,7 @@ const serverName = "nfsrdma-server"
 // net.DefaultResolver.
 func nameServer(t *testing.T) {
 	t.Helper()
-	if addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip4", serverName); err == nil && slices.Contains(addrs, serverAddr) {
+	if addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip4", serverName); err == nil && resolvesToServer(addrs) {
 		return
 	}
 	f, err := os.OpenFile("/etc/hosts", os.O_WRONLY|os.O_APPEND, 0)
@@ -51,13 +52,19 @@ func nameServer(t *testing.T) {
 	// Go's resolver re-reads /etc/hosts at most every 5 seconds.
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(250 * time.Millisecond) {
 		addrs, err := net.DefaultResolver.LookupNetIP(context.Background(), "ip4", serverName)
-		if err == nil && slices.Contains(addrs, serverAddr) {
+		if err == nil && resolvesToServer(addrs) {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s does not resolve to %s after its line in /etc/hosts: %v, %v", serverName, serverAddr, addrs, err)
 		}
 	}
+}
+
+// resolvesToServer reports whether addrs hold the server's address (as
+// the resolver gives it: IPv4 in IPv6 form for "ip4").
+func resolvesToServer(addrs []netip.Addr) bool {
+	return slices.ContainsFunc(addrs, func(a netip.Addr) bool { return a.Unmap() == serverAddr })
 }
 
 // processState is what a closed mount must give back: the goroutines
