@@ -5,8 +5,11 @@
 #   make soak    the fault suite with the 10-minute chaos soak (SOAK=10m);
 #                its table goes to results/faults.md
 #   make demo    the main job: mount knfsd's export over RDMA in the bed and use it
-#   make install nfsrdma-mount, its mount(8) helper links and man page
-#                (PREFIX=/usr/local, SBINDIR=/sbin, DESTDIR honoured)
+#   make build   _build/nfsrdma-mount (make builds it too)
+#   make install install what make built: nfsrdma-mount, its mount(8) helper
+#                links and man page (PREFIX=/usr/local, SBINDIR=/sbin,
+#                DESTDIR honoured); it never builds, so that
+#                "make && sudo make install" needs no Go in root's PATH
 GO      ?= go
 BUILD   := _build
 TESTBED := $(BUILD)/testbed
@@ -14,9 +17,11 @@ GUEST_TIMEOUT ?= 50m
 # The suite times out first, so that a hang ends with its goroutines.
 SUITE_TIMEOUT ?= 40m
 
-.PHONY: all deps cgo-deps check test integration soak bench bench-baseline demo shell install uninstall clean FORCE
+.PHONY: all build deps cgo-deps check test integration soak bench bench-baseline demo shell install uninstall clean FORCE
 
-all: check
+all: build check
+
+build: $(BUILD)/nfsrdma-mount
 
 # Host packages of the test bed: qemu and debootstrap for the guest, the
 # rdma-core headers for cgo (root installs them with apt).
@@ -106,7 +111,10 @@ HELPERS := mount.nfsrdma mount.fuse.nfsrdma umount.nfsrdma umount.fuse.nfsrdma
 # (empty) skips it.
 SETCAP ?= $(shell command -v setcap 2>/dev/null || ls /sbin/setcap /usr/sbin/setcap 2>/dev/null | head -n1)
 
-install: $(BUILD)/nfsrdma-mount
+# install does not build: under sudo, Go is usually not in PATH, and a build
+# as root would leave a root-owned $(BUILD) behind.
+install:
+	@[ -f $(BUILD)/nfsrdma-mount ] || { echo "$(BUILD)/nfsrdma-mount is not built: run make first as yourself (make build), then sudo make install" >&2; exit 1; }
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man8
 	install -m 0755 $(BUILD)/nfsrdma-mount $(DESTDIR)$(BINDIR)/nfsrdma-mount
 	for h in $(HELPERS); do ln -sf $(BINDIR)/nfsrdma-mount $(DESTDIR)$(SBINDIR)/$$h; done

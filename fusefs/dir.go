@@ -413,6 +413,41 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return toErrno(err)
 }
 
+// revalidateDir is close-to-open for a directory: the kernel client
+// revalidates a directory's attributes with a GETATTR at each open of it
+// (a path walk with LOOKUP_OPEN) and, when its modification time or change
+// moved, drops its copy of the listing, so that another client's create or
+// unlink is in the next listing at once. Here a change drops the kernel's
+// copy (listCacheFlags), the kept READDIRPLUS replies, the entries kept for
+// lookups and the set of names (setAttr). Not with nocto.
+func (n *node) revalidateDir(ctx context.Context) syscall.Errno {
+	if n.fsys.opts.NoCTO {
+		return 0
+	}
+	cctx, done := n.fsys.callCtx(ctx)
+	defer done()
+	var a nfs3.Attr
+	err := n.do(cctx, func(fh nfs3.FileHandle) (err error) {
+		a, err = n.fsys.c.Getattr(cctx, fh)
+		return err
+	})
+	if err != nil {
+		n.forgetIfStale(err)
+		n.markGone(err)
+		return toErrno(err)
+	}
+	if n.setAttr(&a) {
+		n.mu.Lock()
+		n.plus = nil
+		if !n.listCachedAt.IsZero() {
+			// Older than any use: listCacheFlags drops the kernel's copy.
+			n.listCachedAt = time.Unix(1, 0)
+		}
+		n.mu.Unlock()
+	}
+	return 0
+}
+
 // OpendirHandle implements fs.NodeOpendirHandler: the listing is read with
 // READDIRPLUS, whose attributes and handles answer the kernel's
 // readdirplus lookups without more calls, and kept by the kernel for the
@@ -422,6 +457,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 // (access.go): the kernel's copy of the listing and this mount's kept
 // replies are otherwise served to anyone.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.revalidateDir(ctx); errno != 0 {
+		return nil, 0, errno
+	}
 	if errno := n.opendirAccess(ctx); errno != 0 {
 		return nil, 0, errno
 	}
@@ -633,10 +671,8 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		}
 	}
 	c, unchanged := d.n.child(ctx, name, e.FH, e.Attr)
-	// An open soon after takes these attributes as its revalidation, as
-	// it would a LOOKUP's (see Open).
 	c.mu.Lock()
-	c.lookupAt, c.lookupKeep = d.at, unchanged
+	c.lookupChanged = c.lookupChanged || !unchanged
 	c.mu.Unlock()
 	d.n.entryOut(c, out)
 	return c.EmbeddedInode(), 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
@@ -110,5 +111,108 @@ func TestDirectWriteThenBufferedRead(t *testing.T) {
 	}
 	if got := m.calls(nfs3.ProcWrite); got != 1 {
 		t.Errorf("%d WRITE calls, want 1", got)
+	}
+}
+
+// setDirect turns O_DIRECT on for f (fcntl F_SETFL): its reads and writes
+// take the kernel's direct-I/O path though it was opened buffered.
+func setDirect(t *testing.T, f *os.File) {
+	t.Helper()
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	check(t, err)
+	_, err = unix.FcntlInt(f.Fd(), unix.F_SETFL, fl|syscall.O_DIRECT)
+	check(t, err)
+}
+
+// TestDirectReadNotCached: a direct read always goes to the server, as the
+// kernel client's do: after another client rewrote the file, a direct
+// reader that was reading it sequentially (this mount's read-ahead would
+// have its window open) reads the new bytes, on a file opened O_DIRECT
+// and on one that turned O_DIRECT on with fcntl.
+func TestDirectReadNotCached(t *testing.T) {
+	for _, how := range []string{"open", "fcntl"} {
+		t.Run(how, func(t *testing.T) {
+			srv := startGoNFS(t, backendDisk)
+			const size, step = 8 << 20, 256 << 10
+			check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), bytes.Repeat([]byte("a"), size), 0o644))
+			m := mountGoNFS(t, srv, nil)
+			flags := os.O_RDONLY
+			if how == "open" {
+				flags |= syscall.O_DIRECT
+			}
+			f, err := os.OpenFile(m.path("f"), flags, 0)
+			check(t, err)
+			defer f.Close()
+			p := directBuf(step)
+			if how == "fcntl" {
+				// Buffered first, without the kernel's read-ahead: this
+				// mount's opens its window.
+				check(t, unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM))
+				for off := int64(0); off < 4*step; off += step {
+					_, err := f.ReadAt(p, off)
+					check(t, err)
+				}
+				setDirect(t, f)
+			}
+			for off := int64(len(p)) * 4; off < 8*step; off += step {
+				_, err := f.ReadAt(p, off)
+				check(t, err)
+			}
+			time.Sleep(100 * time.Millisecond) // what is read ahead arrives
+			check(t, os.WriteFile(filepath.Join(srv.Dir, "f"), bytes.Repeat([]byte("b"), size), 0o644))
+			stale := 0
+			for off := int64(8 * step); off < size; off += step {
+				n, err := f.ReadAt(p, off)
+				check(t, err)
+				stale += n - bytes.Count(p[:n], []byte("b"))
+			}
+			if _, err := f.ReadAt(p, 0); err != nil || bytes.Count(p, []byte("b")) != len(p) {
+				stale += len(p) - bytes.Count(p, []byte("b"))
+			}
+			if stale > 0 {
+				t.Errorf("%d of %d bytes read directly after another client's rewrite were the old ones", stale, size-7*step)
+			}
+		})
+	}
+}
+
+// TestDirectWriteDurable: a direct write has reached the server and is
+// durable when it returns, as the kernel client's (which COMMITs an
+// UNSTABLE direct write before it completes): another client reads it,
+// and the server has been asked to commit it; on a file opened O_DIRECT
+// and on one that turned O_DIRECT on with fcntl.
+func TestDirectWriteDurable(t *testing.T) {
+	for _, how := range []string{"open", "fcntl"} {
+		t.Run(how, func(t *testing.T) {
+			m := mountUnstable(t) // wsize 16 KiB
+			flags := os.O_RDWR | os.O_CREATE
+			if how == "open" {
+				flags |= syscall.O_DIRECT
+			}
+			f, err := os.OpenFile(filepath.Join(m.dir, "f"), flags, 0o644)
+			check(t, err)
+			defer f.Close()
+			if how == "fcntl" {
+				setDirect(t, f)
+			}
+			small := directBuf(4096)
+			copy(small, bytes.Repeat([]byte("s"), len(small)))
+			_, err = f.WriteAt(small, 0)
+			check(t, err)
+			if got, err := os.ReadFile(filepath.Join(m.srv.Dir, "f")); err != nil || !bytes.Equal(got, small) {
+				t.Errorf("the server has %d bytes after a direct write of %d returned (%v)", len(got), len(small), err)
+			}
+			big := directBuf(64 << 10) // four WRITEs
+			copy(big, bytes.Repeat([]byte("B"), len(big)))
+			commits := m.us.commits.Load()
+			_, err = f.WriteAt(big, 4096)
+			check(t, err)
+			if m.us.commits.Load() == commits {
+				t.Error("no COMMIT before a direct write of four UNSTABLE WRITEs returned")
+			}
+			if got, err := os.ReadFile(filepath.Join(m.srv.Dir, "f")); err != nil || len(got) != 4096+len(big) || !bytes.Equal(got[4096:], big) {
+				t.Errorf("the server has %d bytes after a direct write returned (%v), want %d", len(got), err, 4096+len(big))
+			}
+		})
 	}
 }

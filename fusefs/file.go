@@ -55,7 +55,8 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openF
 		f.wctx = sunrpc.WithCredential(n.fsys.ctx, cred)
 	}
 	f.ctx, f.cancel = context.WithCancel(f.wctx)
-	if n.fsys.readAhead > 0 && flags&syscall.O_ACCMODE != syscall.O_WRONLY {
+	if n.fsys.readAhead > 0 && flags&syscall.O_ACCMODE != syscall.O_WRONLY && flags&syscall.O_DIRECT == 0 {
+		// Not for direct I/O: never served from a cache (see Read).
 		f.ra = newReadAhead(f, int(n.fsys.rsize), n.fsys.readAhead)
 	}
 	n.mu.Lock()
@@ -71,9 +72,8 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openF
 	return f
 }
 
-// lookupFresh is how long after its LOOKUP an open takes the attributes
-// that LOOKUP brought as its close-to-open revalidation: the kernel sends
-// the OPEN right after the LOOKUP of the same path walk.
+// lookupFresh bounds how long after the server last showed a directory's
+// state its complete set of names answers for a name not in it (names.go).
 const lookupFresh = time.Second
 
 // Open implements fs.NodeOpener with close-to-open consistency: a GETATTR
@@ -127,28 +127,13 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Lock()
 	had := n.attrs.valid || !n.attrs.at.IsZero()
-	// The LOOKUP of this open's path walk brought the attributes: they are
-	// as fresh as a GETATTR's (the kernel client sends none after a
-	// LOOKUP either).
-	recent := !n.lookupAt.IsZero() && n.fsys.now().Sub(n.lookupAt) < min(n.fsys.opts.AcRegMin, lookupFresh)
-	keep, typ := n.lookupKeep, n.attrs.attr.Type
-	n.lookupAt = time.Time{}
+	// Attributes a LOOKUP or a listing brought since the last open showed
+	// the data changed: the cached pages go, whatever this open's GETATTR
+	// finds (it compares with those attributes, not the ones the pages
+	// were read under).
+	seen := n.lookupChanged
+	n.lookupChanged = false
 	n.mu.Unlock()
-	if recent && accessAttr == nil {
-		// (The attributes of an ACCESS made for this open are newer:
-		// they are its revalidation below.)
-		if typ != nfs3.TypeReg {
-			return nil, 0, syscall.EINVAL
-		}
-		var fuseFlags uint32
-		if keep {
-			fuseFlags = fuse.FOPEN_KEEP_CACHE
-		} else {
-			n.dataGen.Add(1)
-			n.fsys.events.add(evDataInvalidate)
-		}
-		return n.newOpenFile(ctx, flags, pid), fuseFlags, 0
-	}
 	if n.fsys.opts.NoCTO {
 		// nocto: no revalidation of its own. While the cached attributes
 		// are trusted the cached data is kept, unless attributes seen
@@ -194,10 +179,25 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		n.markGone(err)
 		return nil, 0, toErrno(err)
 	}
-	// (After a LOOKUP that showed the data changed, that counts too.)
-	changed := n.setAttr(&a) || recent && !keep
+	changed := n.setAttr(&a) || seen
 	if errno := n.recheckOpenAccess(ctx, flags, accessAttr != nil); errno != 0 {
 		return nil, 0, errno
+	}
+	n.mu.Lock()
+	mine := n.opens > 0 || n.silly != nil
+	n.mu.Unlock()
+	if a.Nlink == 0 && !mine {
+		// No name has the object any more (another client renamed a
+		// file over it, or removed it), though the server still knows
+		// the handle (its open-file cache holds it). A path walk
+		// cannot have reached it through its name now: the name's
+		// entry goes and the open fails with ESTALE, which the VFS
+		// retries once with a new LOOKUP, finding what the name has
+		// now, as the kernel client's open, whose revalidation of the
+		// name finds the new file, does. Not while this mount has it
+		// open or silly renamed (an open through /proc/PID/fd).
+		n.forgetIfStale(nfs3.ErrStale)
+		return nil, 0, syscall.ESTALE
 	}
 	n.mu.Lock()
 	if n.fsys.opts.NoCTO {
@@ -226,6 +226,11 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 // Read implements fs.FileReader: through the read-ahead for a sequential
 // reader, else pipelined READs (RFC 1813 §3.3.6) of rsize straight into the
 // kernel's buffer.
+//
+// A direct read (a file opened O_DIRECT, or one that turned O_DIRECT on
+// with fcntl) always reads what it asks for from the server, as the
+// kernel client's direct I/O does: never from a read-ahead segment
+// fetched before another client's write, nor filling one.
 func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if f.lost.Load() {
 		return nil, f.lostIO("read")
@@ -236,6 +241,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 		// read-ahead's segments either).
 		return nil, syscall.ESTALE
 	}
+	direct := f.n.fsys.directRequest(ctx)
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	// The reader sees its own writes: those written behind land first.
@@ -243,7 +249,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	var n int
 	var res fuse.ReadResult
 	var err error
-	if f.ra != nil {
+	if f.ra != nil && !direct {
 		n, res, err = f.ra.read(ctx, dest, off)
 	} else {
 		n, err = f.n.readAt(ctx, dest, off)
@@ -262,6 +268,9 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // FILE_SYNC with Options.Sync, O_SYNC or O_DSYNC, and for a direct
 // (O_DIRECT) write that fits one WRITE; an UNSTABLE write is kept until a
 // COMMIT proves it durable, and COMMITted early once MaxDirty bytes wait.
+// A direct write (opened O_DIRECT, or turned on with fcntl) is sent before
+// it returns, and COMMITted before it returns when it went UNSTABLE, as
+// the kernel client's direct write is durable when it returns.
 //
 // An UNSTABLE write of a buffered (not O_DIRECT) file is written behind:
 // it is answered once its WRITE is sent, so that a writer's successive
@@ -269,11 +278,11 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 // (up to Options.WriteBehind bytes in flight). Its failure is reported by
 // the next write, flush (close) or fsync; reads, SETATTR and COMMIT of the
 // file wait for it first.
-func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+func (f *openFile) Write(fctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	if f.lost.Load() {
 		return 0, f.lostIO("write")
 	}
-	ctx, done := f.callCtx(ctx)
+	ctx, done := f.callCtx(fctx)
 	defer done()
 	n := f.n
 	// A SETATTR deferred before this write lands first: an explicit
@@ -285,7 +294,7 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		return 0, syscall.EROFS
 	}
 	how := nfs3.Unstable
-	direct := f.flags&syscall.O_DIRECT != 0
+	direct := f.flags&syscall.O_DIRECT != 0 || n.fsys.directRequest(fctx)
 	if n.fsys.opts.Sync || f.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
 		how = nfs3.FileSync
 	} else if direct && len(data) <= int(n.fsys.wsize) {
@@ -303,6 +312,9 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		n.drainWriteBehind()
 		err = n.writeRange(ctx, data, off, how, lent)
 		n.dataGen.Add(1)
+		if err == nil && direct && how == nfs3.Unstable {
+			err = n.commitPending(ctx)
+		}
 	}
 	if err != nil {
 		return 0, toErrno(err)
@@ -328,6 +340,19 @@ func (f *openFile) Write(ctx context.Context, data []byte, off int64) (uint32, s
 		}()
 	}
 	return uint32(len(data)), 0
+}
+
+// directRequest reports whether the READ or WRITE request of ctx is direct
+// I/O: its file has O_DIRECT now (the kernel sends the file's flags with
+// each; see rawFS.Read), which a file opened buffered may have turned on
+// with fcntl.
+func (f *FS) directRequest(ctx context.Context) bool {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok || fc.Cancel == nil {
+		return false
+	}
+	_, direct := f.directIO.Load(fc.Cancel)
+	return direct
 }
 
 // pendDelay is the longest a gathered write waits for the next one before
@@ -679,9 +704,12 @@ func (n *node) requeue(ws []dirtyWrite) {
 }
 
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
-// (close-to-open), and reports their failure.
+// (close-to-open), and reports their failure; then it gives back the
+// closing process's locks (lock.go), as the Linux client flushes before
+// its unlock: the next holder, on any client, reads what was written
+// under them.
 func (f *openFile) Flush(ctx context.Context) syscall.Errno {
-	f.flushLocks(ctx)
+	defer f.flushLocks(ctx)
 	if f.writer {
 		// Its RELEASE may come after its next request: until they
 		// open the file again, the opener's and the closer's SETATTRs

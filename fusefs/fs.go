@@ -112,6 +112,10 @@ type FS struct {
 	// open file (FUSE_GETATTR_FH), by their cancel channel (set by the
 	// raw file system, read by node.Getattr through fuse.Context.Cancel).
 	ioGetattrs sync.Map
+	// directIO: the READ and WRITE requests being served whose file has
+	// O_DIRECT, by their cancel channel (set by the raw file system, read
+	// through fuse.Context.Cancel: FS.directRequest).
+	directIO sync.Map
 
 	// shared: other users than the mounting one may enter the mount
 	// (allow_other; set by NewRawFS). See private.go.

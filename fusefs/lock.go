@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,7 +32,11 @@ import (
 //   - flock locks travel as whole-file locks whose owner is the open file
 //     (as the Linux client sends them: a flock and a POSIX lock of another
 //     owner exclude each other on the server), given back when the open
-//     file is released.
+//     file is released. The NLM owner is this mount's own for the open
+//     file (fileLocks.id), not the kernel's: the kernel names a flock's
+//     owner by the address of its file, which a new open may reuse while
+//     the closed one's release, sent asynchronously, is still to come;
+//     that release must not give back the new open file's lock.
 //   - F_SETLKW waits until the server grants the lock; a signal interrupts
 //     the wait (EINTR, which the kernel restarts for an SA_RESTART
 //     handler), and the server's queued request is cancelled.
@@ -43,9 +49,21 @@ import (
 //     changed by another. The file's cached pages are dropped, so that
 //     reads reach the file system. Other open files of the file, and a new
 //     open, are not affected.
+//   - Locks are cache-coherency points, as with the Linux client (do_setlk
+//     and do_unlk): before a lock or unlock is sent, what this mount holds
+//     of the file unsent or uncommitted is written and COMMITted
+//     (syncForLock), so that the next holder, on any client, reads it from
+//     the server; once a lock is granted, the kernel's cached pages and
+//     attributes of the file and this mount's read-ahead segments and
+//     attributes are dropped (dropCaches), so that the holder reads and
+//     stats what other clients wrote before. close(2) writes and commits
+//     before it gives the process's locks back (openFile.Flush).
 //   - Options.LocalPosix and LocalFlock (nfs(5) local_lock=posix, flock,
 //     all) leave that kind to the kernel, local to this machine, as does a
-//     nil Locker (nolock) for both.
+//     nil Locker (nolock) for both. FUSE keeps such locks without telling
+//     the file system, so they are no cache-coherency points here (the
+//     Linux client writes back and drops its caches around local locks
+//     too).
 
 var (
 	_ fs.FileGetlker  = (*openFile)(nil)
@@ -118,10 +136,29 @@ func (f *openFile) lostIO(op string) syscall.Errno {
 	return syscall.EIO
 }
 
-// fileLocks are the flock owners of an open file.
+// fileLocks is the flock owner of an open file: id, once it asked for a
+// flock (0 before).
 type fileLocks struct {
-	mu     sync.Mutex
-	owners map[uint64]bool
+	mu sync.Mutex
+	id uint64
+}
+
+// flockOwners numbers the flock owners of open files, from a random base
+// (flockOwnerBase), so that they are no POSIX owner the kernel names (a
+// hash of 64 bits).
+var (
+	flockOwners    atomic.Uint64
+	flockOwnerBase = rand.Uint64()
+)
+
+// flockOwner returns the NLM owner of f's flocks.
+func (f *openFile) flockOwner() uint64 {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if f.locks.id == 0 {
+		f.locks.id = flockOwnerBase + flockOwners.Add(1)
+	}
+	return f.locks.id
 }
 
 // lockCapabilities sets what locks the kernel passes to f.
@@ -210,46 +247,111 @@ func (f *openFile) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, 
 	return f.setlk(ctx, owner, lk, flags, true)
 }
 
-func (f *openFile) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+func (f *openFile) setlk(fctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
 	l := f.n.fsys.opts.Locker
 	if l == nil {
 		return syscall.ENOLCK
 	}
-	ctx, done := f.lockCtx(ctx)
+	ctx, done := f.lockCtx(fctx)
 	defer done()
 	fh := f.n.handle()
 	r := lockRequest(lk)
 	if flags&fuse.FUSE_LK_FLOCK != 0 {
-		// flock: the whole file, whatever the kernel says.
+		// flock: the whole file, whatever the kernel says, and the open
+		// file's own owner (see above).
 		r.Start, r.End, r.Flock = 0, nlm.ToEOF, true
-		f.locks.mu.Lock()
-		if f.locks.owners == nil {
-			f.locks.owners = map[uint64]bool{}
-		}
-		f.locks.owners[owner] = true
-		f.locks.mu.Unlock()
+		owner = f.flockOwner()
 	}
 	var err error
 	switch lk.Typ {
 	case syscall.F_UNLCK:
+		// Written back first; a failure stays for the next fsync or
+		// close to report, and the unlock goes all the same (do_unlk).
+		if werr := f.syncForLock(fctx); werr != nil {
+			f.n.fsys.log.Debug("writing back before an unlock failed", "err", werr)
+		}
 		err = l.Unlock(ctx, fh, owner, r.Start, r.End)
 	case syscall.F_RDLCK, syscall.F_WRLCK:
+		// Written back first; a failure is the lock's (do_setlk).
+		if werr := f.syncForLock(fctx); werr != nil {
+			f.n.fsys.log.Debug("writing back before a lock failed", "err", werr)
+			return toErrno(werr)
+		}
 		f.n.fsys.lockers.add(owner, f)
 		err = l.Lock(ctx, fh, owner, r, wait)
+		if err == nil {
+			f.n.dropCaches()
+		}
 	default:
 		return syscall.EINVAL
 	}
-	if err != nil {
-		f.n.fsys.log.Debug("lock", "owner", owner, "type", lk.Typ, "start", r.Start, "end", r.End, "wait", wait, "err", err)
-	}
+	f.n.fsys.log.Debug("lock", "owner", owner, "type", lk.Typ, "start", r.Start, "end", r.End, "wait", wait, "flock", r.Flock, "err", err)
 	return lockErrno(err)
+}
+
+// syncForLock writes back what this mount holds of the file that the
+// server does not have or has not made durable, before a lock or unlock
+// is sent: a deferred SETATTR, the gathered writes, the writes behind, and
+// a COMMIT of the UNSTABLE ones (the Linux client's nfs_sync_mapping and
+// nfs_wb_all). fctx is the lock request's: the calls carry the
+// credential an fsync of the caller's would. A write's failure is
+// returned and stays, as a write error of the kernel client's page cache
+// does, for the next fsync or close to report too; a failed COMMIT's
+// writes stay queued for the next COMMIT.
+func (f *openFile) syncForLock(fctx context.Context) error {
+	ctx, done := f.callCtx(fctx)
+	defer done()
+	return f.n.syncForLock(ctx)
+}
+
+// syncForLock is openFile.syncForLock with the calls' context.
+func (n *node) syncForLock(ctx context.Context) error {
+	n.flushDeferredLater() // its refusal stays for the fsync or close
+	if synced, err := n.syncPend(ctx); synced && err != nil {
+		n.keepWriteErr(err)
+		return err
+	}
+	werr := n.drainWriteBehind() // left to be reported
+	if err := n.commitPending(ctx); err != nil {
+		return err
+	}
+	return werr
+}
+
+// keepWriteErr records err, a write's failure, for the next write, fsync
+// or close to report (as a write behind's), unless one is there already.
+func (n *node) keepWriteErr(err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.wbErr == nil {
+		n.wbErr = err
+	}
+}
+
+// dropCaches makes a granted lock a cache-coherency point (the Linux
+// client's nfs_zap_caches after do_setlk's lock): the read-ahead segments
+// of every open file of n are fetched again (node.dataGen), n's
+// attributes are asked of the server at the next use, and the kernel
+// drops its cached pages and attributes of the file, so that the lock
+// holder's next read and stat see what other clients wrote before the
+// lock. Nothing of this mount's own is lost: its unsent writes were
+// written back before the lock was sent, and the kernel writes back dirty
+// mapped pages before it drops them.
+func (n *node) dropCaches() {
+	n.dataGen.Add(1)
+	n.invalidateAttr()
+	n.fsys.events.add(evDataInvalidate)
+	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOSYS && errno != syscall.ENOENT {
+		n.fsys.log.Debug("dropping the kernel's cache of a locked file", "errno", errno)
+	}
 }
 
 // lockReleaseTimeout bounds the UNLOCKs of a close.
 const lockReleaseTimeout = time.Minute
 
 // flushLocks gives back the POSIX locks on the file of the process that
-// closes a descriptor of it (FUSE's flush names the closing thread).
+// closes a descriptor of it (FUSE's flush names the closing thread). Flush
+// calls it once the file's writes are written back and committed.
 func (f *openFile) flushLocks(fctx context.Context) {
 	l := f.n.fsys.opts.Locker
 	if l == nil {
@@ -290,19 +392,56 @@ func (f *openFile) releaseLocks(last bool) {
 	ctx, cancel := context.WithTimeout(f.wctx, lockReleaseTimeout)
 	defer cancel()
 	f.locks.mu.Lock()
-	owners := f.locks.owners
-	f.locks.owners = nil
+	owner := f.locks.id
 	f.locks.mu.Unlock()
-	for id := range owners {
-		if err := l.ReleaseOwner(ctx, fh, id); err != nil {
+	if owner != 0 || last {
+		// What is written (through a mapping since the close's flush)
+		// before the locks go, as an unlock (do_unlk).
+		if err := f.n.syncForLock(ctx); err != nil {
+			f.n.fsys.log.Debug("writing back before the unlocks of a release failed", "err", err)
+		}
+	}
+	if owner != 0 {
+		f.n.fsys.log.Debug("flock owner released", "owner", owner, "last", last)
+		if err := l.ReleaseOwner(ctx, fh, owner); err != nil {
 			f.n.fsys.log.Warn("unlocking flock at release failed", "err", err)
 		}
 	}
 	if last {
-		if err := l.ReleaseFile(ctx, fh); err != nil {
+		if err := f.n.fsys.lockers.releaseLeft(ctx, l, fh); err != nil {
 			f.n.fsys.log.Warn("unlocking at last close failed", "err", err)
 		}
 	}
+}
+
+// releaseLeft gives back, at the file's last close, the locks left on fh
+// by owners that asked for them through no open file still open (a lock
+// granted after its caller gave up, an owner whose close did not name
+// it). Not the others: a new open of the file may have been made, and
+// locked, since the last close (the kernel sends a release
+// asynchronously, after close(2) returned); its locks stay. The owners are
+// looked at and released under l.mu, which setlk's add takes before it
+// sends a lock, so that no open file takes up an owner meanwhile: a
+// release racing such a lock would give it back on the server, or forget
+// it here so that its unlock would send nothing and the server would keep
+// a lock nobody holds.
+func (l *lockFiles) releaseLeft(ctx context.Context, lk *nlm.Locker, fh []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for _, id := range lk.AskedBy(fh) {
+		live := false
+		for of := range l.m[id] {
+			if bytes.Equal(of.n.handle(), fh) {
+				live = true
+				break
+			}
+		}
+		if !live {
+			errs = append(errs, lk.ReleaseOwner(ctx, fh, id))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // threadGroup returns the process (thread group) of thread tid.

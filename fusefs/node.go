@@ -55,11 +55,13 @@ type node struct {
 	pendCtx context.Context
 	pendGen uint64
 
-	// When a LOOKUP last brought the object's attributes (zero: not since
-	// the last open), and whether they showed its data unchanged: an open
-	// right after needs no GETATTR of its own (see Open).
-	lookupAt   time.Time
-	lookupKeep bool
+	// lookupChanged: attributes a LOOKUP or a listing brought since the
+	// last open showed the object's data changed (see open). An open
+	// always revalidates with a GETATTR of its own, as the kernel
+	// client's open of a dentry it already had: a listing's attributes
+	// (ls -l) may be a second old, and FUSE's LOOKUP is not known to be
+	// of the open's own path walk.
+	lookupChanged bool
 	// acc: what the server said of each credential's rights on the
 	// object, while its attributes are trusted and unchanged (access.go).
 	acc map[string]accessEntry
@@ -288,6 +290,14 @@ func (n *node) invalidateAttr() {
 	n.mu.Unlock()
 }
 
+// writesPending reports whether writes made through n are gathered or
+// behind, not yet answered by the server.
+func (n *node) writesPending() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.pend != nil || n.wbCalls > 0
+}
+
 // getattr returns the object's attributes and how long they may be
 // trusted: the cached ones while fresh, unless force, else the server's.
 func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
@@ -434,13 +444,11 @@ func (n *node) lookupAttr(ctx context.Context, fh nfs3.FileHandle, a *nfs3.Attr)
 }
 
 // plusLookup answers a LOOKUP of name from a listing's entry e: READDIRPLUS
-// just answered it (ls -l, a shell's glob, listing.go), so no LOOKUP. An
-// open that follows takes these attributes as its revalidation as it would
-// a LOOKUP's, by their age (lookupAt is when the listing brought them).
+// just answered it (ls -l, a shell's glob, listing.go), so no LOOKUP.
 func (n *node) plusLookup(ctx context.Context, name string, e plusEntry, out *fuse.EntryOut) *fs.Inode {
 	c, unchanged := n.child(ctx, name, e.fh, &e.attr)
 	c.mu.Lock()
-	c.lookupAt, c.lookupKeep = e.at, unchanged
+	c.lookupChanged = c.lookupChanged || !unchanged
 	c.mu.Unlock()
 	n.entryOut(c, out)
 	return c.EmbeddedInode()
@@ -525,7 +533,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	c, unchanged := n.child(ctx, name, r.FH, a)
 	c.mu.Lock()
-	c.lookupAt, c.lookupKeep = n.fsys.now(), unchanged
+	c.lookupChanged = c.lookupChanged || !unchanged
 	c.mu.Unlock()
 	n.entryOut(c, out)
 	return c.EmbeddedInode(), 0
@@ -534,6 +542,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if !n.fsys.ioGetattr(ctx) && n.writesPending() {
+		// A stat sees the writes made so far: the kernel client sends
+		// them before its GETATTR (nfs_getattr), so that the server's
+		// modification and change times are the stat's. Here the
+		// WRITEs' replies bring them (wcc_data). Not for FUSE's own
+		// GETATTR ahead of a read (ioGetattr).
+		n.drainWriteBehind()
+	}
 	n.mu.Lock()
 	if n.gone {
 		n.mu.Unlock()

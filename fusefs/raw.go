@@ -15,7 +15,7 @@ import (
 //
 //	inoderevalidate   GETATTR requests (stat of a file whose attributes the kernel no longer trusts)
 //	dentryrevalidate  LOOKUPs of a name the kernel already had (its entry expired)
-//	datainvalidate    opens that found the file changed and dropped its cached data
+//	datainvalidate    cached data dropped: opens that found the file changed, granted locks
 //	attrinvalidate    cached attributes forgotten (another operation changed the object)
 //	vfsopen           opens of files and directories
 //	vfslookup         LOOKUP requests
@@ -180,8 +180,12 @@ func (r *rawFS) Access(cancel <-chan struct{}, in *fuse.AccessIn) fuse.Status {
 
 func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
 	defer r.o.done(fopRead, time.Now())
-	res, st := r.RawFileSystem.Read(cancel, in, buf)
 	direct := in.Flags&syscall.O_DIRECT != 0
+	if direct {
+		r.f.directIO.Store(cancel, struct{}{})
+		defer r.f.directIO.Delete(cancel)
+	}
+	res, st := r.RawFileSystem.Read(cancel, in, buf)
 	if !direct {
 		r.e.add(evReadPages)
 	}
@@ -201,6 +205,7 @@ func (r *rawFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.
 
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	defer r.o.done(fopWrite, time.Now())
+	defer r.markDirect(cancel, in)()
 	n, st := r.RawFileSystem.Write(cancel, in, data)
 	r.wrote(in, n, len(data), st)
 	return n, st
@@ -208,6 +213,7 @@ func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (ui
 
 func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
 	start := time.Now()
+	defer r.markDirect(cancel, in)()
 	n, st := r.RawFileSystem.Writev(cancel, in, data)
 	if st == fuse.ENOSYS {
 		return n, st // go-fuse falls back to Write
@@ -219,6 +225,16 @@ func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) 
 	}
 	r.wrote(in, n, size, st)
 	return n, st
+}
+
+// markDirect records a WRITE of a file with O_DIRECT for FS.directRequest
+// until the returned function is called.
+func (r *rawFS) markDirect(cancel <-chan struct{}, in *fuse.WriteIn) func() {
+	if in.Flags&syscall.O_DIRECT == 0 {
+		return func() {}
+	}
+	r.f.directIO.Store(cancel, struct{}{})
+	return func() { r.f.directIO.Delete(cancel) }
 }
 
 func (r *rawFS) wrote(in *fuse.WriteIn, n uint32, size int, st fuse.Status) {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -23,21 +22,21 @@ import (
 // random reader thus costs exactly the READs of what it asks for; the
 // first read of a handle is not read ahead either.
 //
-// A handle opened for direct I/O is read ahead only while its reader has
-// one read in flight at a time (a synchronous sequential reader, whose
-// next request would otherwise wait a round trip). Once two of its reads
-// overlap, the reader pipelines by itself (asynchronous direct I/O, or
-// several threads): from then on each read is one READ of what it asks
-// for, as the kernel client's direct I/O is, since a window started for
-// requests already on their way only fetches what they fetch again.
+// Direct I/O is never read ahead, as the kernel client's is not: a file
+// opened O_DIRECT has no window, and a direct read of a buffered handle
+// (O_DIRECT turned on with fcntl) does not use it (openFile.Read). A
+// segment fetched before another client's write would otherwise serve a
+// direct read, which must always read the server.
+//
+// A granted lock makes every segment of the file stale (node.dataGen, see
+// dropCaches): the lock holder reads what other clients wrote before it.
 //
 // A segment is used only if no change of the file's data by this mount
 // completed after its READ started (node.dataGen), so the reader sees its
 // own writes, and only for bytes it has not given out yet: the kernel asks
-// again for data it was given only when its page cache let go of it (or
-// for direct I/O), and such a read goes to the server as the kernel
-// client's would, instead of being a second cache that nothing
-// revalidates.
+// again for data it was given only when its page cache let go of it, and
+// such a read goes to the server as the kernel client's would, instead of
+// being a second cache that nothing revalidates.
 //
 // A segment's memory (rsize bytes) is reused from segment to segment, and
 // from file to file (FS.segBufs): a fresh megabyte for every segment costs
@@ -62,10 +61,6 @@ type readAhead struct {
 	segs   map[int64]*segment // by index (offset / segSize)
 	gave   map[int64][]uint64 // pages given out, by segment index (see given)
 	spare  []uint64           // a bitmap of gave's, zeroed, for the next (forgetGiven)
-
-	direct    bool // the handle was opened O_DIRECT
-	inflight  int  // direct: reads being served
-	pipelined bool // direct: two reads overlapped, so no read-ahead
 
 	pooled bool // counted in FS.segBufs.windows (segPool's mu)
 }
@@ -239,8 +234,7 @@ func (ra *readAhead) markGiven(off int64, n int) {
 }
 
 func newReadAhead(f *openFile, segSize, window int) *readAhead {
-	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment), gave: make(map[int64][]uint64),
-		direct: f.flags&syscall.O_DIRECT != 0}
+	return &readAhead{f: f, segSize: segSize, maxSegs: max(window/segSize, 1), eof: -1, segs: make(map[int64]*segment), gave: make(map[int64][]uint64)}
 }
 
 // read reads len(dest) bytes at off; n < len(dest) means the file ended
@@ -309,33 +303,9 @@ func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *
 	n.mu.Unlock()
 
 	ra.mu.Lock()
-	if ra.pipelined {
-		ra.mu.Unlock()
-		return n.readAt(ctx, dest, off)
-	}
-	if ra.direct {
-		ra.inflight++
-		defer func() {
-			ra.mu.Lock()
-			ra.inflight--
-			ra.mu.Unlock()
-		}()
-		if ra.inflight > 1 {
-			// A pipelining direct reader: from now on exactly what it
-			// asks for (see above). Segments already read ahead are
-			// left to the reads that wait for them and dropped with
-			// the window, once.
-			ra.pipelined = true
-			ra.dropAllLocked()
-			ra.forgetGiven()
-			ra.depth = 0
-			ra.mu.Unlock()
-			return n.readAt(ctx, dest, off)
-		}
-	}
 	_, known := ra.segs[first]
-	// Concurrent requests of one sequential reader (asynchronous direct
-	// I/O, the kernel's own read-ahead) arrive a little out of order: one
+	// Concurrent requests of one sequential reader (the kernel's own
+	// read-ahead, several threads) arrive a little out of order: one
 	// that falls in a segment already read ahead is sequential too.
 	seq := ra.begun && off == ra.next || known && ra.depth > 0
 	if seq && ra.given(off, len(dest)) {

@@ -540,94 +540,80 @@ func (t cookieTrail) advance(next Cookie, entries int) error {
 	return nil
 }
 
-// DirEntries lists dir with READDIR, page after page, as the pages are consumed.
-// "." and ".." are included as the server returns them.
-func (c *Client) DirEntries(ctx context.Context, dir FileHandle) iter.Seq2[DirEntry, error] {
-	return func(yield func(DirEntry, error) bool) {
-		var cookie Cookie
+// listPages walks a directory page after page, as the pages are consumed:
+// read returns the page at a cookie (with the verifier of the page before),
+// cookie an entry's cookie. It ends at the page marked eof, at an error, or
+// at a page that would start the listing again (*CookieLoopError).
+func listPages[E any](read func(Cookie, CookieVerf) (entries []E, verf CookieVerf, eof bool, err error), cookie func(*E) Cookie) iter.Seq2[E, error] {
+	return func(yield func(E, error) bool) {
+		var zero E
+		var at Cookie
 		var verf CookieVerf
 		trail := cookieTrail{0: {}}
 		for {
-			r, err := c.Readdir(ctx, dir, cookie, verf, 0)
+			entries, next, eof, err := read(at, verf)
 			if err != nil {
-				yield(DirEntry{}, err)
+				yield(zero, err)
 				return
 			}
-			for _, e := range r.Entries {
+			for _, e := range entries {
 				if !yield(e, nil) {
 					return
 				}
 			}
-			if r.EOF {
+			if eof {
 				return
 			}
-			if len(r.Entries) > 0 {
-				cookie = r.Entries[len(r.Entries)-1].Cookie
+			if len(entries) > 0 {
+				at = cookie(&entries[len(entries)-1])
 			}
-			if err := trail.advance(cookie, len(r.Entries)); err != nil {
-				yield(DirEntry{}, err)
+			if err := trail.advance(at, len(entries)); err != nil {
+				yield(zero, err)
 				return
 			}
-			verf = r.Verf
+			verf = next
 		}
 	}
 }
 
-// DirEntriesPlus lists dir with READDIRPLUS, page after page.
-func (c *Client) DirEntriesPlus(ctx context.Context, dir FileHandle) iter.Seq2[DirEntryPlus, error] {
-	return func(yield func(DirEntryPlus, error) bool) {
-		var cookie Cookie
-		var verf CookieVerf
-		trail := cookieTrail{0: {}}
-		for {
-			r, err := c.Readdirplus(ctx, dir, cookie, verf, 0, 0)
-			if err != nil {
-				yield(DirEntryPlus{}, err)
-				return
-			}
-			for _, e := range r.Entries {
-				if !yield(e, nil) {
-					return
-				}
-			}
-			if r.EOF {
-				return
-			}
-			if len(r.Entries) > 0 {
-				cookie = r.Entries[len(r.Entries)-1].Cookie
-			}
-			if err := trail.advance(cookie, len(r.Entries)); err != nil {
-				yield(DirEntryPlus{}, err)
-				return
-			}
-			verf = r.Verf
-		}
-	}
-}
-
-// ReadDirAll returns all of dir's entries (READDIR).
-func (c *Client) ReadDirAll(ctx context.Context, dir FileHandle) ([]DirEntry, error) {
-	var all []DirEntry
-	for e, err := range c.DirEntries(ctx, dir) {
+// collect gathers a listing's entries, up to its error.
+func collect[E any](list iter.Seq2[E, error]) ([]E, error) {
+	var all []E
+	for e, err := range list {
 		if err != nil {
 			return all, err
 		}
 		all = append(all, e)
 	}
 	return all, nil
+}
+
+// DirEntries lists dir with READDIR, page after page, as the pages are consumed.
+// "." and ".." are included as the server returns them.
+func (c *Client) DirEntries(ctx context.Context, dir FileHandle) iter.Seq2[DirEntry, error] {
+	return listPages(func(cookie Cookie, verf CookieVerf) ([]DirEntry, CookieVerf, bool, error) {
+		r, err := c.Readdir(ctx, dir, cookie, verf, 0)
+		return r.Entries, r.Verf, r.EOF, err
+	}, func(e *DirEntry) Cookie { return e.Cookie })
+}
+
+// DirEntriesPlus lists dir with READDIRPLUS, page after page.
+func (c *Client) DirEntriesPlus(ctx context.Context, dir FileHandle) iter.Seq2[DirEntryPlus, error] {
+	return listPages(func(cookie Cookie, verf CookieVerf) ([]DirEntryPlus, CookieVerf, bool, error) {
+		r, err := c.Readdirplus(ctx, dir, cookie, verf, 0, 0)
+		return r.Entries, r.Verf, r.EOF, err
+	}, func(e *DirEntryPlus) Cookie { return e.Cookie })
+}
+
+// ReadDirAll returns all of dir's entries (READDIR).
+func (c *Client) ReadDirAll(ctx context.Context, dir FileHandle) ([]DirEntry, error) {
+	return collect(c.DirEntries(ctx, dir))
 }
 
 // ReadDirPlusAll returns all of dir's entries with attributes and handles
 // (READDIRPLUS).
 func (c *Client) ReadDirPlusAll(ctx context.Context, dir FileHandle) ([]DirEntryPlus, error) {
-	var all []DirEntryPlus
-	for e, err := range c.DirEntriesPlus(ctx, dir) {
-		if err != nil {
-			return all, err
-		}
-		all = append(all, e)
-	}
-	return all, nil
+	return collect(c.DirEntriesPlus(ctx, dir))
 }
 
 // Fsstat returns dynamic file system information (FSSTAT, RFC 1813 §3.3.18).

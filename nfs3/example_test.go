@@ -40,8 +40,9 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	// Against knfsd: nfs3.Mount(ctx, "server", "/export", nil) finds the ports
-	// with the port mapper and sends AUTH_SYS.
+	// Against knfsd: nfs3.MountTCP(ctx, "server:/export", nil) finds the
+	// ports with the port mapper and sends AUTH_SYS (nfsrdma.Mount: the
+	// same over RDMA).
 	target, err := nfs3.Mount(ctx, host, "/", &nfs3.MountOptions{
 		MountPort: port, NFSPort: port, Cred: &sunrpc.AuthNone,
 	})
@@ -50,7 +51,7 @@ func Example() {
 	}
 	defer target.Unmount(ctx)
 
-	f, err := target.OpenFileContext(ctx, "/docs/hello.txt", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := target.OpenFileContext(ctx, "docs/hello.txt", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	f, err = target.OpenContext(ctx, "/docs/hello.txt")
+	f, err = target.OpenContext(ctx, "docs/hello.txt")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func Example() {
 	}
 	fmt.Print(string(b))
 
-	infos, err := target.ReadDirPlus(ctx, "/docs")
+	infos, err := target.ReadDirPlus(ctx, "docs")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -95,11 +96,11 @@ func ExampleStatus() {
 	}
 	defer target.Close()
 
-	_, _, err = target.Lookup(ctx, "/docs/missing")
+	_, _, err = target.Lookup(ctx, "docs/missing")
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOENT), errors.Is(err, nfs3.ErrNoEnt))
 	// Output:
-	// lookup /docs/missing: NFS3ERR_NOENT
+	// lookup docs/missing: NFS3ERR_NOENT (no such file or directory)
 	// true true true
 }
 
@@ -175,8 +176,8 @@ func ExampleTarget_fs() {
 		log.Fatal(err)
 	}
 	defer target.Close()
-	for _, p := range []string{"/docs/a.txt", "/docs/b.md"} {
-		f, err := target.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	for _, p := range []string{"docs/a.txt", "docs/b.md"} {
+		f, err := target.OpenFileContext(ctx, p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -197,5 +198,5 @@ func ExampleTarget_fs() {
 	// Output:
 	// docs/a.txt
 	// docs/b.md
-	// /docs/b.md
+	// docs/b.md
 }

@@ -1,7 +1,6 @@
 package nfs3
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 )
 
 // fakeReply is a fake server's results. For a DDP-eligible result, before ends
@@ -510,69 +510,20 @@ func serveTCP(t *testing.T, handler fakeHandler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			conn, err := ln.Accept()
+	var conns sunrpctest.Conns
+	conns.Serve(ln, func(c net.Conn) {
+		m := &memTransport{handle: handler}
+		sunrpctest.ServeRecords(c, func(call []byte) []byte {
+			rep, err := m.RoundTrip(context.Background(), &sunrpc.Request{XID: binary.BigEndian.Uint32(call), Head: call})
 			if err != nil {
-				return
+				c.Close() // the call does not decode: drop the connection
+				return nil
 			}
-			mu.Lock()
-			conns = append(conns, conn)
-			mu.Unlock()
-			wg.Go(func() {
-				defer conn.Close()
-				m := &memTransport{handle: handler}
-				br := bufio.NewReader(conn)
-				for {
-					rec, err := readTestRecord(br)
-					if err != nil {
-						return
-					}
-					xid := binary.BigEndian.Uint32(rec)
-					rep, err := m.RoundTrip(context.Background(), &sunrpc.Request{XID: xid, Head: rec})
-					if err != nil {
-						return
-					}
-					out := binary.BigEndian.AppendUint32(nil, uint32(len(rep.Inline))|1<<31)
-					if _, err := conn.Write(append(out, rep.Inline...)); err != nil {
-						return
-					}
-				}
-			})
-		}
+			return rep.Inline
+		})
 	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	t.Cleanup(conns.Close)
 	return ln.Addr().String()
-}
-
-func readTestRecord(r io.Reader) ([]byte, error) {
-	var rec []byte
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return nil, err
-		}
-		m := binary.BigEndian.Uint32(hdr[:])
-		frag := make([]byte, m&^(1<<31))
-		if _, err := io.ReadFull(r, frag); err != nil {
-			return nil, err
-		}
-		rec = append(rec, frag...)
-		if m&(1<<31) != 0 {
-			return rec, nil
-		}
-	}
 }
 
 func TestMountFake(t *testing.T) {

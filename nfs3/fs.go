@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path"
 	"slices"
 	"strings"
 	"syscall"
@@ -59,7 +58,12 @@ func (t *Target) Stat(name string) (fs.FileInfo, error) {
 	if _, err := fsName("stat", name); err != nil {
 		return nil, err
 	}
-	fi, _, err := t.Lookup(t.ctx, name)
+	return t.StatContext(t.ctx, name)
+}
+
+// StatContext is Stat with a context.
+func (t *Target) StatContext(ctx context.Context, name string) (fs.FileInfo, error) {
+	fi, _, err := t.Lookup(ctx, name)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
@@ -67,8 +71,19 @@ func (t *Target) Stat(name string) (fs.FileInfo, error) {
 		}
 		return nil, err
 	}
-	fi.FileName = path.Base(name)
+	if fi.FileName = baseName(name); fi.FileName == "/" {
+		fi.FileName = "." // the root, as os.DirFS names it
+	}
 	return fi, nil
+}
+
+// ReadDirContext is ReadDir with a context.
+func (t *Target) ReadDirContext(ctx context.Context, name string) ([]fs.DirEntry, error) {
+	fis, err := t.ReadDirPlus(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return sortedEntries(fis), nil
 }
 
 // ReadDir lists the named directory sorted by name, without "." and ".."
@@ -77,11 +92,7 @@ func (t *Target) ReadDir(name string) ([]fs.DirEntry, error) {
 	if _, err := fsName("readdir", name); err != nil {
 		return nil, err
 	}
-	fis, err := t.ReadDirPlus(t.ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return sortedEntries(fis), nil
+	return t.ReadDirContext(t.ctx, name)
 }
 
 func sortedEntries(fis []*FileInfo) []fs.DirEntry {
@@ -137,6 +148,9 @@ func (t *Target) OpenContext(ctx context.Context, p string) (*File, error) {
 
 // OpenFile opens p with os.OpenFile's flags under the Target's lifetime; see
 // OpenFileContext.
+//
+// Deprecated: use OpenFileContext, which takes a context as every method
+// outside io/fs's does (or Open, for reading).
 func (t *Target) OpenFile(p string, flag int, perm fs.FileMode) (*File, error) {
 	return t.openFile(t.ctx, p, flag, perm)
 }

@@ -96,11 +96,37 @@ var statusInfo = map[Status]struct {
 	ErrJukebox:     {"NFS3ERR_JUKEBOX", syscall.EAGAIN, EJUKEBOX},
 }
 
+// v3Meanings are the meanings of the statuses with no POSIX errno of their
+// own (RFC 1813 §2.6), which the errno's text would blur.
+var v3Meanings = map[Status]string{
+	ErrBadHandle: "illegal NFS file handle",
+	ErrNotSync:   "update synchronization mismatch",
+	ErrBadCookie: "READDIR cookie is stale",
+	ErrNotSupp:   "operation not supported",
+	ErrTooSmall:  "buffer or request is too small",
+	ErrBadType:   "type not supported by the server",
+	ErrJukebox:   "the server is slow to answer: try again later",
+}
+
+// Error returns s's name and meaning, "NFS3ERR_ACCES (permission denied)":
+// the text of the errno a process sees for it, or, for the NFSv3-only
+// codes, RFC 1813's meaning.
 func (s Status) Error() string {
-	if i, ok := statusInfo[s]; ok {
+	i, ok := statusInfo[s]
+	switch {
+	case !ok:
+		return fmt.Sprintf("nfsstat3(%d)", uint32(s))
+	case s == StatusOK:
 		return i.name
 	}
-	return fmt.Sprintf("nfsstat3(%d)", uint32(s))
+	return i.name + " (" + s.meaning() + ")"
+}
+
+func (s Status) meaning() string {
+	if m, ok := v3Meanings[s]; ok {
+		return m
+	}
+	return s.Errno().Error()
 }
 
 // Errno returns the errno a process sees for s, as through a kernel NFS
@@ -185,11 +211,17 @@ var mountStatusNames = map[MountStatus]string{
 	MountErrServerFault: "MNT3ERR_SERVERFAULT",
 }
 
+// Error returns s's name and meaning, "MNT3ERR_NOENT (no such file or
+// directory)", as Status does.
 func (s MountStatus) Error() string {
-	if n, ok := mountStatusNames[s]; ok {
+	n, ok := mountStatusNames[s]
+	switch {
+	case !ok:
+		return fmt.Sprintf("mountstat3(%d)", uint32(s))
+	case s == MountOK:
 		return n
 	}
-	return fmt.Sprintf("mountstat3(%d)", uint32(s))
+	return n + " (" + Status(s).meaning() + ")"
 }
 
 // Unwrap returns the corresponding NFS status, whose codes MOUNT shares.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path"
 	"strings"
@@ -17,12 +18,28 @@ import (
 
 // MountOptions configures Mount. The zero value is usable.
 type MountOptions struct {
-	// MountPort and NFSPort are the TCP ports of the MOUNT and NFS services;
-	// 0 asks the port mapper on the host.
+	// MountPort is the TCP port of the MOUNT service; 0 asks the port
+	// mapper on the host.
 	MountPort int
-	NFSPort   int
-	// Transport, when set, carries the NFS calls instead of a TCP connection
-	// to NFSPort (e.g. an RPC-over-RDMA transport). The Target owns it.
+	// NFSPort is the TCP port of the NFS service; 0 asks the port mapper.
+	// Dial does not use it (nfsrdma's Mount: 0 is port 20049 over RDMA).
+	NFSPort int
+	// NConnect is the number of connections the NFS calls are spread over
+	// (nfs(5) "nconnect"; default 1, at most MaxNConnect).
+	NConnect int
+	// Dial, when set, opens each of the NConnect connections of the NFS
+	// calls, to addr, the server's address (package nfsrdma's Mount dials
+	// RPC-over-RDMA with it). host is then resolved once (ResolveHost) and
+	// MOUNT goes to that address too.
+	Dial func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error)
+	// Release, when set, is called once the Target's connections are
+	// closed (at Close or Unmount), or when Mount fails: it releases what
+	// Dial made them from (nfsrdma's Mount: the RDMA fabric it opened).
+	// Mount owns it from the moment it is called.
+	Release func() error
+	// Transport, when set, carries the NFS calls instead of connections
+	// Mount opens (NConnect and Dial are then unused, and Dial must be
+	// nil). The Target owns it.
 	Transport sunrpc.Transport
 	// TCP configures the TCP connections (MOUNT, port mapper, and NFS unless
 	// Transport is set).
@@ -67,10 +84,24 @@ func ProcessCred() (sunrpc.OpaqueAuth, error) {
 	return a.Credential()
 }
 
-// Target is a mounted export, addressed by paths relative to its root ("/" or
-// "" is the root). Methods return *fs.PathError around the NFS error, so
-// errors.Is(err, fs.ErrNotExist) and the like work. Symbolic links in paths are
-// not followed. It is safe for concurrent use.
+// Target is a mounted export. It is safe for concurrent use.
+//
+// Paths are io/fs names: slash-separated, relative to the export's root,
+// "." for the root ("docs/a"; see fs.ValidPath). The io/fs methods (Open,
+// Stat, ReadDir, ReadFile) accept only those, as io/fs requires. The other
+// methods accept them too and, for go-nfs-client's callers, rooted paths
+// ("/docs/a", "/" or "" for the root, "." and ".." resolved within the
+// export); that form is deprecated. Symbolic links in paths are not
+// followed.
+//
+// Every method that calls the server takes a context first, except the
+// io/fs ones, whose signatures io/fs fixes: they run under the Target's
+// lifetime (Close cancels them), and each has a twin with the Context
+// suffix that takes one (StatContext, ReadDirContext, ReadFileContext,
+// OpenContext; OpenFileContext for OpenFile).
+//
+// Methods return *fs.PathError around the NFS error, so errors.Is(err,
+// fs.ErrNotExist) and the like work.
 type Target struct {
 	c        *Client
 	root     FileHandle
@@ -82,7 +113,8 @@ type Target struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mount     *mountInfo // nil unless made by Mount
+	mount     *mountInfo   // nil unless made by Mount
+	release   func() error // MountOptions.Release
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -96,12 +128,27 @@ type mountInfo struct {
 }
 
 // Mount mounts export from host: MOUNT (RFC 1813 Appendix I) over TCP for the
-// root handle, then an NFS client over TCP (or opts.Transport), and FSINFO for
-// the transfer sizes.
-func Mount(ctx context.Context, host, export string, opts *MountOptions) (*Target, error) {
+// root handle, then the NFS connections (opts.NConnect of them, over TCP or
+// opts.Dial) or opts.Transport, and FSINFO for the transfer sizes. host is a
+// name or an address. MountTCP takes a "host:/export" spec, and package
+// nfsrdma's Mount mounts over RDMA. The Target owns what Mount opened; a
+// failed Mount leaves nothing open.
+func Mount(ctx context.Context, host, export string, opts *MountOptions) (t *Target, err error) {
 	var o MountOptions
 	if opts != nil {
 		o = *opts
+	}
+	if o.Release != nil {
+		defer func() {
+			if err != nil {
+				err = errors.Join(err, o.Release())
+			}
+		}()
+	}
+	name := host // as given: errors name the server so
+	fail := func(err error) error { return fmt.Errorf("nfs3: mount %s:%s: %w", name, export, err) }
+	if o.Transport != nil && o.Dial != nil {
+		return nil, errors.New("nfs3: MountOptions.Transport and Dial both given")
 	}
 	if o.Cred != nil {
 		o.Client.Cred = *o.Cred
@@ -124,34 +171,40 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (*Targe
 		tcp.NoResvPort = true
 	}
 	o.TCP = &tcp
+	var addr netip.Addr
+	if o.Dial != nil {
+		if addr, err = ResolveHost(ctx, host); err != nil {
+			return nil, fail(err)
+		}
+		host = addr.String()
+	}
 	mc, err := DialMount(ctx, host, o.MountPort, o.Client.Cred, o.TCP)
 	if err != nil {
-		return nil, fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err)
+		return nil, fail(err)
 	}
 	mres, err := mc.Mnt(ctx, export)
 	mc.Close()
 	if err != nil {
-		return nil, fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err)
+		return nil, fail(err)
 	}
 	tr := o.Transport
 	if tr == nil {
-		tcp, err := dialService(ctx, host, o.NFSPort, Program, Version, o.TCP)
-		if err != nil {
-			return nil, fmt.Errorf("nfs3: mount %s:%s: %w", host, export, err)
+		if tr, err = dialNFS(ctx, &o, host, addr); err != nil {
+			return nil, fail(err)
 		}
-		tr = tcp
 	}
 	c, err := NewClient(tr, &o.Client)
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
-	t := NewTarget(c, mres.FH, o.MaxDirty)
+	t = NewTarget(c, mres.FH, o.MaxDirty)
 	t.mount = &mountInfo{host: host, port: o.MountPort, export: export, cred: o.Client.Cred, tcp: o.TCP}
 	if _, _, err := c.IOSizes(ctx, mres.FH); err != nil {
 		t.Close()
-		return nil, fmt.Errorf("nfs3: mount %s:%s: FSINFO: %w", host, export, err)
+		return nil, fail(fmt.Errorf("FSINFO: %w", err))
 	}
+	t.release = o.Release // only now: a failure above releases it itself
 	return t, nil
 }
 
@@ -172,12 +225,16 @@ func (t *Target) Client() *Client { return t.c }
 // Root returns the export's root handle.
 func (t *Target) Root() FileHandle { return t.root }
 
-// Close cancels the Files' pending I/O and closes the NFS transport. It does
-// not tell the server (see Unmount). Idempotent.
+// Close cancels the Files' pending I/O, closes the NFS transport, and with
+// it everything Mount opened, then calls MountOptions.Release. It does not
+// tell the server (see Unmount). Idempotent.
 func (t *Target) Close() error {
 	t.closeOnce.Do(func() {
 		t.cancel()
 		t.closeErr = t.c.Close()
+		if t.release != nil {
+			t.closeErr = errors.Join(t.closeErr, t.release())
+		}
 	})
 	return t.closeErr
 }

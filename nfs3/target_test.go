@@ -207,37 +207,26 @@ func TestDirectoryPaging(t *testing.T) {
 		}
 	}
 
-	// Count pages to be sure paging happened.
+	// READDIR, the pages counted to be sure paging happened.
 	pages := 0
-	var cookie Cookie
-	var verf CookieVerf
-	for {
+	var got []string
+	for e, err := range listPages(func(cookie Cookie, verf CookieVerf) ([]DirEntry, CookieVerf, bool, error) {
+		pages++
 		r, err := c.Readdir(ctx, dir, cookie, verf, 0)
+		return r.Entries, r.Verf, r.EOF, err
+	}, func(e *DirEntry) Cookie { return e.Cookie }) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pages++
-		if r.EOF {
-			break
-		}
-		cookie, verf = r.Entries[len(r.Entries)-1].Cookie, r.Verf
+		got = append(got, e.Name)
 	}
 	if pages < 10 {
 		t.Errorf("only %d pages", pages)
 	}
-
 	names := func(list []string) []string {
 		list = slices.DeleteFunc(list, func(s string) bool { return s == "." || s == ".." })
 		slices.Sort(list)
 		return list
-	}
-	ents, err := c.ReadDirAll(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name)
 	}
 	if !slices.Equal(names(got), want) {
 		t.Errorf("READDIR: %d names, want %d", len(names(got)), n)

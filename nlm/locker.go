@@ -505,6 +505,22 @@ func (l *Locker) Owners(fh []byte, pid uint32) []uint64 {
 	return ids
 }
 
+// AskedBy returns the owners that asked for locks on fh (and have not
+// been released by ReleaseOwner since).
+func (l *Locker) AskedBy(fh []byte) []uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.files[string(fh)]
+	if f == nil {
+		return nil
+	}
+	ids := make([]uint64, 0, len(f.held))
+	for id := range f.held {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 // Asked reports whether any owner asked for a lock on fh.
 func (l *Locker) Asked(fh []byte) bool {
 	l.mu.Lock()

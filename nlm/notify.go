@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -80,6 +78,9 @@ type notifier struct {
 	wg    sync.WaitGroup
 }
 
+// maxLocalReply bounds the reply of the local rpcbind or statd.
+const maxLocalReply = 1 << 16
+
 // oneCall makes one RPC call over a new stream connection to addr
 // (network "tcp" or "unix") with AUTH_NONE and returns the results.
 func oneCall(ctx context.Context, network, addr string, prog, vers, proc uint32, args []byte) (*sunrpc.Decoder, error) {
@@ -95,30 +96,12 @@ func oneCall(ctx context.Context, network, addr string, prog, vers, proc uint32,
 	xid := rand.Uint32()
 	msg := sunrpc.AppendCall(nil, &sunrpc.CallHeader{XID: xid, Prog: prog, Vers: vers, Proc: proc})
 	msg = append(msg, args...)
-	rec := binary.BigEndian.AppendUint32(nil, uint32(len(msg))|1<<31)
-	if _, err := c.Write(append(rec, msg...)); err != nil {
+	if err := sunrpc.WriteRecord(c, msg); err != nil {
 		return nil, err
 	}
-	br := bufio.NewReader(c)
-	var body []byte
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return nil, err
-		}
-		m := binary.BigEndian.Uint32(hdr[:])
-		n := int(m &^ (1 << 31))
-		if len(body)+n > 1<<16 {
-			return nil, errors.New("nlm: reply too large")
-		}
-		start := len(body)
-		body = append(body, make([]byte, n)...)
-		if _, err := io.ReadFull(br, body[start:]); err != nil {
-			return nil, err
-		}
-		if m&(1<<31) != 0 {
-			break
-		}
+	body, err := sunrpc.ReadRecord(bufio.NewReader(c), maxLocalReply)
+	if err != nil {
+		return nil, err
 	}
 	dec := sunrpc.NewDecoder(body)
 	h, err := sunrpc.DecodeReply(dec)

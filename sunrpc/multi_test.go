@@ -108,19 +108,7 @@ func TestMultiTransportTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newTestClient(t, m)
-	ctx := testCtx(t)
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
-		wg.Go(func() { errs <- callEcho(ctx, c, uint32(i)) })
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	echoConcurrently(t, c, 64)
 	if n := s.count.Load(); n != 2 {
 		t.Errorf("%d connections, want 2", n)
 	}

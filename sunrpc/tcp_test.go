@@ -14,14 +14,14 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/nfsrdma/nfsrdma/sunrpc/internal/accept"
 )
 
 // fakeServer is a tiny RPC server on 127.0.0.1 whose behaviour each test writes.
 type fakeServer struct {
 	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns []net.Conn
+	conns accept.Conns
 	count atomic.Int32
 }
 
@@ -38,42 +38,33 @@ func startFake(t *testing.T, serve func(c *fakeConn)) *fakeServer {
 		t.Fatal(err)
 	}
 	s := &fakeServer{ln: ln}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.mu.Lock()
-			s.conns = append(s.conns, c)
-			s.mu.Unlock()
-			n := int(s.count.Add(1)) - 1
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				serve(&fakeConn{Conn: c, br: bufio.NewReader(c), n: n})
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.conns {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
+	s.conns.Serve(countingListener{ln, &s.count}, func(c net.Conn) {
+		fc := c.(*fakeConn)
+		fc.br = bufio.NewReader(fc)
+		serve(fc)
 	})
+	t.Cleanup(s.conns.Close)
 	return s
+}
+
+// countingListener numbers the connections it accepts, in their order.
+type countingListener struct {
+	net.Listener
+	count *atomic.Int32
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &fakeConn{Conn: c, n: int(l.count.Add(1)) - 1}, nil
 }
 
 func (s *fakeServer) addr() string { return s.ln.Addr().String() }
 
 func (c *fakeConn) readCall() (CallHeader, []byte, error) {
-	rec, err := readRecord(c.br, 1<<24)
+	rec, err := ReadRecord(c.br, 1<<24)
 	if err != nil {
 		return CallHeader{}, nil, err
 	}
@@ -146,19 +137,13 @@ func callEcho(ctx context.Context, c *Client, v uint32) error {
 	return nil
 }
 
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func TestTCPEcho(t *testing.T) {
-	s := startFake(t, echo)
-	c := newTestClient(t, dial(t, s.addr(), nil))
+// echoConcurrently makes n ECHO calls at once on c, each of its own value.
+func echoConcurrently(t *testing.T, c *Client, n int) {
+	t.Helper()
 	ctx := testCtx(t)
 	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 64 {
+	errs := make(chan error, n)
+	for i := range n {
 		wg.Go(func() { errs <- callEcho(ctx, c, uint32(i)) })
 	}
 	wg.Wait()
@@ -168,6 +153,18 @@ func TestTCPEcho(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTCPEcho(t *testing.T) {
+	s := startFake(t, echo)
+	c := newTestClient(t, dial(t, s.addr(), nil))
+	echoConcurrently(t, c, 64)
 }
 
 func TestTCPBulkRequest(t *testing.T) {

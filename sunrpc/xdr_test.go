@@ -307,7 +307,7 @@ func FuzzReadRecord(f *testing.F) {
 	f.Add([]byte{0x80, 0, 0, 4, 1, 2, 3, 4})
 	f.Add([]byte{0, 0, 0, 2, 1, 2, 0x80, 0, 0, 1, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rec, err := readRecord(bytes.NewReader(b), 1<<16)
+		rec, err := ReadRecord(bytes.NewReader(b), 1<<16)
 		if err != nil {
 			return
 		}
@@ -318,10 +318,17 @@ func FuzzReadRecord(f *testing.F) {
 			if _, err := bufs.WriteTo(&buf); err != nil {
 				t.Fatal(err)
 			}
-			got, err := readRecord(&buf, 1<<16)
+			got, err := ReadRecord(&buf, 1<<16)
 			if err != nil || !bytes.Equal(got, rec) {
 				t.Fatalf("frag %d: %v", frag, err)
 			}
+		}
+		var buf bytes.Buffer
+		if err := WriteRecord(&buf, rec); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := ReadRecord(&buf, 1<<16); err != nil || !bytes.Equal(got, rec) || buf.Len() != 0 {
+			t.Fatalf("WriteRecord: %v", err)
 		}
 	})
 }

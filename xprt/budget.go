@@ -106,7 +106,7 @@ func (t *Transport) wait(ctx context.Context, w *budgetWaiter, n need) error {
 		t.mu.Unlock()
 		return nil
 	}
-	t.ctr.budgetWaits.Add(1)
+	t.ctr[ctrBudgetWaits].Add(1)
 	t.mu.Unlock()
 	for {
 		select {

@@ -89,7 +89,7 @@ func (cl *call) wake() {
 func (cl *call) to(s callState) bool {
 	t := cl.t
 	if !canMove(cl.state, s) {
-		t.ctr.refusedTransitions.Add(1)
+		t.ctr[ctrRefusedTransitions].Add(1)
 		t.log.Error("refused call transition", "err", &TransitionError{XID: cl.req.XID, From: cl.state.String(), To: s.String()})
 		return false
 	}
@@ -160,7 +160,7 @@ func (t *Transport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 	if err := t.enter(ctx, cl); err != nil {
 		return nil, err
 	}
-	t.ctr.calls.Add(1)
+	t.ctr[ctrCalls].Add(1)
 	err := cl.run(ctx)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -183,7 +183,7 @@ func (t *Transport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 		return nil, err
 	}
 	// Cannot happen: run returns only in the states above.
-	t.ctr.refusedTransitions.Add(1)
+	t.ctr[ctrRefusedTransitions].Add(1)
 	t.log.Error("RoundTrip returning in a state that exposes memory", "xid", req.XID, "state", cl.state)
 	return nil, fmt.Errorf("xprt: internal error: call %#08x left in state %s", req.XID, cl.state)
 }
@@ -210,7 +210,7 @@ func (t *Transport) enter(ctx context.Context, cl *call) error {
 		}
 		c := old.conn
 		t.mu.Unlock()
-		t.ctr.retransmitResets.Add(1)
+		t.ctr[ctrRetransmitResets].Add(1)
 		t.connLost(c, fmt.Errorf("xprt: xid %#08x retransmitted: the earlier attempt's connection is reset", xid))
 		select {
 		case <-old.doneCh:
@@ -231,7 +231,7 @@ func (cl *call) run(ctx context.Context) error {
 		}
 		t.mu.Lock()
 		if cl.attempts > 0 {
-			t.ctr.retransmits.Add(1)
+			t.ctr[ctrRetransmits].Add(1)
 		}
 		cl.attempts++
 		t.mu.Unlock()
@@ -290,7 +290,7 @@ func (cl *call) abandon(why error) error {
 		if len(cl.regs) == 0 {
 			cl.to(stAbandoned)
 			t.mu.Unlock()
-			t.ctr.abandoned.Add(1)
+			t.ctr[ctrAbandoned].Add(1)
 			return why
 		}
 		// Windows are exposed: only the end of the connection makes
@@ -300,7 +300,7 @@ func (cl *call) abandon(why error) error {
 		cl.giveUp = why
 		c := cl.conn
 		t.mu.Unlock()
-		t.ctr.abandonResets.Add(1)
+		t.ctr[ctrAbandonResets].Add(1)
 		t.connLost(c, fmt.Errorf("xprt: caller gave up on xid %#08x with windows exposed: %w", cl.req.XID, why))
 	default: // replied, invalidating: the reply handler finishes it shortly
 		cl.giveUp = why
@@ -345,7 +345,7 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 	} else {
 		c.creditQ = append(c.creditQ, cl)
 		cl.inCreditQ = true
-		t.ctr.creditWaits.Add(1)
+		t.ctr[ctrCreditWaits].Add(1)
 	}
 	c.mu.Unlock()
 	if err := cl.waitConnGrant(ctx, c, func() bool { return cl.hasCredit }); err != nil {
@@ -381,7 +381,7 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 	cl.roomHeld = n
 	if !c.gate.Admit(cl, n) {
 		cl.inGate = true
-		t.ctr.congestionWaits.Add(1)
+		t.ctr[ctrCongestionWaits].Add(1)
 	}
 	c.mu.Unlock()
 	if err := cl.waitConnGrant(ctx, c, func() bool { return !cl.inGate }); err != nil {
@@ -521,6 +521,6 @@ func (t *Transport) callTimeout(cl *call) {
 	if stale || c == nil {
 		return
 	}
-	t.ctr.timeouts.Add(1)
+	t.ctr[ctrTimeouts].Add(1)
 	t.connLost(c, fmt.Errorf("xprt: no reply to xid %#08x within %s", cl.req.XID, t.cfg.Timeout))
 }

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,8 +376,23 @@ func TestCallGiveUpInlineReadNoLateCopy(t *testing.T) {
 	}
 }
 
-// The counters' line names every counter once, from its field's tag.
+// Every counter has one name and one field of Counters, in the order of
+// counterTable, and the counters' line names every counter once.
 func TestCountersStringNamesEveryField(t *testing.T) {
+	fields := reflect.VisibleFields(reflect.TypeFor[Counters]())
+	if len(fields) != int(numCounters) {
+		t.Fatalf("Counters has %d fields for %d counters (go generate ./xprt)", len(fields), numCounters)
+	}
+	names := map[string]bool{}
+	for i, e := range counterTable {
+		if e.name == "" || strings.ContainsAny(e.name, " \t") || names[e.name] {
+			t.Errorf("counter %d (%s): name %q empty, with a space or taken", i, e.field, e.name)
+		}
+		names[e.name] = true
+		if f := fields[i]; f.Name != e.field || f.Type.Kind() != reflect.Uint64 {
+			t.Errorf("counter %d is %s, field %d of Counters %s %s (go generate ./xprt)", i, e.field, i, f.Name, f.Type)
+		}
+	}
 	var c Counters
 	c.Calls, c.AsyncEvents, c.PullUpBytes = 3, 5, 7
 	s := c.String()
@@ -382,7 +401,37 @@ func TestCountersStringNamesEveryField(t *testing.T) {
 			t.Fatalf("%q lacks %q", s, want)
 		}
 	}
-	if strings.Contains(s, "  ") || strings.HasPrefix(s, " ") || strings.Contains(s, " 0 0") {
-		t.Fatalf("a counter without a name: %q", s)
+	if f := strings.Fields(s); len(f) != 2*int(numCounters) {
+		t.Fatalf("%d words for %d counters: %q", len(f), numCounters, s)
+	}
+}
+
+// counters_gen.go is what go generate makes of counterTable now.
+func TestCountersGenerated(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "gen") // not ending in .go: go run would compile it
+	if b, err := exec.Command("go", "run", "gencounters.go", out).CombinedOutput(); err != nil {
+		t.Fatalf("go run gencounters.go: %v\n%s", err, b)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("counters_gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("counters_gen.go is stale: go generate ./xprt")
+	}
+}
+
+// A count added to a counter shows in its own field of the snapshot.
+func TestCountersSnapshotByIndex(t *testing.T) {
+	var ctr counters
+	ctr[ctrCalls].Add(1)
+	ctr[ctrMaxOutstanding].Store(9)
+	ctr[ctrWindowsRetired].Add(4)
+	if c := ctr.snapshot(); c.Calls != 1 || c.MaxOutstanding != 9 || c.WindowsRetired != 4 || c.Sends != 0 {
+		t.Fatalf("snapshot %s", c)
 	}
 }

@@ -284,8 +284,8 @@ func (c *conn) grantCreditsLocked() {
 // noteOutstandingLocked records the high-water mark of calls outstanding.
 func (c *conn) noteOutstandingLocked() {
 	ctr := &c.t.ctr
-	if out := uint64(c.credits.Outstanding()); out > ctr.maxOut.Load() {
-		ctr.maxOut.Store(out)
+	if out := uint64(c.credits.Outstanding()); out > ctr[ctrMaxOutstanding].Load() {
+		ctr[ctrMaxOutstanding].Store(out)
 	}
 }
 
@@ -326,7 +326,7 @@ func (c *conn) watchEvents() {
 		case verbs.CMDisconnected:
 			c.t.connLost(c, fmt.Errorf("xprt: %s from the server", ev.Type))
 		case verbs.CMDeviceRemoval:
-			c.t.ctr.deviceRemovals.Add(1)
+			c.t.ctr[ctrDeviceRemovals].Add(1)
 			c.t.connLost(c, fmt.Errorf("xprt: %s: %w", ev.Type, errDeviceGone))
 		case verbs.CMAddrChange:
 			c.t.connLost(c, fmt.Errorf("xprt: %s", ev.Type))
@@ -341,7 +341,7 @@ func (c *conn) watchEvents() {
 func (c *conn) watchAsync(events <-chan verbs.AsyncEvent, qpNum uint32) {
 	defer c.watcher.Done()
 	for ev := range events {
-		c.t.ctr.asyncEvents.Add(1)
+		c.t.ctr[ctrAsyncEvents].Add(1)
 		switch ev.Type {
 		case verbs.AsyncDeviceFatal:
 			c.t.connLost(c, fmt.Errorf("xprt: %s: %w", ev.Type, errDeviceGone))

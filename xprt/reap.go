@@ -63,9 +63,9 @@ func (c *conn) reapOnce(s *reapScratch) (int, error) {
 			if n, err = sp.PollSpin(s.wcs, t.cfg.BusyPoll); err != nil {
 				return 0, err
 			}
-			t.ctr.busyPolls.Add(1)
+			t.ctr[ctrBusyPolls].Add(1)
 			if n > 0 {
-				t.ctr.busyPollHits.Add(1)
+				t.ctr[ctrBusyPollHits].Add(1)
 			}
 		}
 	}
@@ -223,7 +223,7 @@ func (cl *call) reapOwn(ctx context.Context, c *conn) {
 		t.mu.Unlock()
 		if !posted {
 			if reaped {
-				t.ctr.ownReplies.Add(1)
+				t.ctr[ctrOwnReplies].Add(1)
 			}
 			return
 		}

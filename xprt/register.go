@@ -21,9 +21,9 @@ func (cl *call) register(ctx context.Context) error {
 	}
 	if len(p.ReadSegments) > 0 && !readDone {
 		if p.Call == chunks.CallPositionZero {
-			t.ctr.pos0.Add(1)
+			t.ctr[ctrPositionZero].Add(1)
 		} else {
-			t.ctr.readChunks.Add(1)
+			t.ctr[ctrReadChunks].Add(1)
 		}
 		size := t.bufSize()
 		// The planned segments are consecutive pieces of one message
@@ -67,15 +67,15 @@ func (cl *call) register(ctx context.Context) error {
 	segs := p.WriteSegments
 	if p.Reply == chunks.ReplyInReplyChunk {
 		segs = p.ReplySegments
-		t.ctr.replyChunks.Add(1)
+		t.ctr[ctrReplyChunks].Add(1)
 	} else if len(segs) > 0 {
-		t.ctr.writeChunks.Add(1)
+		t.ctr[ctrWriteChunks].Add(1)
 		if cl.replyLent {
-			t.ctr.zeroCopy.Add(1)
+			t.ctr[ctrZeroCopyReads].Add(1)
 		}
 	}
 	if cl.readLent {
-		t.ctr.zeroCopyWrites.Add(1)
+		t.ctr[ctrZeroCopyWrites].Add(1)
 	}
 	if len(segs) == 1 && cl.replyBuf == nil && p.Reply != chunks.ReplyInReplyChunk && segs[0].Off == 0 {
 		// A small Write chunk: memory registered ahead, if there is. (A
@@ -83,7 +83,7 @@ func (cl *call) register(ctx context.Context) error {
 		if b, g, ok := reg.TakeReady(segs[0].Len, frwr.FromPeer); ok {
 			cl.replyBuf = b
 			cl.regs = append(cl.regs, g)
-			t.ctr.readyRegistrations.Add(1)
+			t.ctr[ctrReadyRegistrations].Add(1)
 			return nil
 		}
 	}
@@ -125,8 +125,8 @@ func (cl *call) takeReadyRead() (bool, error) {
 	}
 	cl.readBufs = append(cl.readBufs, b)
 	cl.regs = append(cl.regs, g)
-	cl.t.ctr.readChunks.Add(1)
-	cl.t.ctr.readyRegistrations.Add(1)
+	cl.t.ctr[ctrReadChunks].Add(1)
+	cl.t.ctr[ctrReadyRegistrations].Add(1)
 	if n := len(cl.creq.AppendRange(b.Bytes()[:0], s)); n != s.Len {
 		return true, fmt.Errorf("xprt: internal error: segment %+v laid out as %d bytes", s, n)
 	}

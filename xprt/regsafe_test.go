@@ -43,9 +43,7 @@ func (r *rig) heldTwoSegmentRead(ctx context.Context, seed uint32) (xid, tag uin
 func TestRuleInvalidationRecordedWhateverTheXID(t *testing.T) {
 	r := newRig(t, Config{MaxSegment: 32 << 10}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	xid, tag, segs, done := r.heldTwoSegmentRead(ctx, 11)
 	replaced0 := r.tr.Counters().WindowsReplaced
 	if st := r.serverQP().RogueSend(rogueReply(t, xid^0x80000000, []byte("rogue")), true, segs[1].Handle); st != verbs.StatusSuccess {
@@ -79,9 +77,7 @@ func TestRuleResetBatchInvalidatesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, Config{MaxSegment: 32 << 10}, xprttest.Config{})
 			ctx := r.ctx(30 * time.Second)
-			if err := r.null(ctx); err != nil {
-				t.Fatal(err)
-			}
+			r.mustNull(ctx)
 			xid, tag, segs, done := r.heldTwoSegmentRead(ctx, 12)
 			inv0 := r.tr.Counters().LocalInvalidations
 			srv := r.serverQP()

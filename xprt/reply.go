@@ -65,7 +65,7 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	if err := c.completionError(wc); err != nil {
 		return received{}, err
 	}
-	t.ctr.receives.Add(1)
+	t.ctr[ctrReceives].Add(1)
 	if idx < 0 || idx >= len(c.recvBufs) {
 		return received{}, fmt.Errorf("xprt: receive completion with unknown wrid %d", wc.ID)
 	}
@@ -90,7 +90,7 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	}
 	if derr != nil && (cl == nil || hdr.Proc != rpcrdma.ProcError) {
 		t.mu.Unlock()
-		t.ctr.malformed.Add(1)
+		t.ctr[ctrMalformedReplies].Add(1)
 		t.log.Warn("malformed transport header", "err", derr, "len", len(data))
 		if remoteInv {
 			return received{}, fmt.Errorf("xprt: malformed reply invalidated rkey %#x", wc.InvalidatedRKey)
@@ -101,7 +101,7 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	}
 	if cl == nil {
 		t.mu.Unlock()
-		t.ctr.badXIDs.Add(1)
+		t.ctr[ctrBadXIDs].Add(1)
 		t.log.Warn("reply matches no outstanding call", "xid", fmt.Sprintf("%#08x", hdr.XID))
 		if remoteInv {
 			// Recorded above; the window's call is sent again on a new
@@ -139,7 +139,7 @@ func (c *conn) receive(wc verbs.Completion, hdr *rpcrdma.Header) (received, erro
 	cl.hdr.Reply, cl.hdr.HasReply = append(cl.hdr.Reply[:0], hdr.Reply...), hdr.HasReply
 	cl.rdmaErr = nil
 	if hdr.Proc == rpcrdma.ProcError {
-		t.ctr.rdmaErrors.Add(1)
+		t.ctr[ctrRDMAErrors].Add(1)
 		cl.rdmaErr = hdr.RemoteError()
 		if cl.rdmaErr == nil {
 			cl.rdmaErr = &ProtocolError{XID: hdr.XID, Err: derr}
@@ -159,7 +159,7 @@ func (c *conn) completionError(wc verbs.Completion) error {
 		return nil
 	}
 	if wc.Status != verbs.StatusWRFlushErr {
-		c.t.ctr.errorCompletions.Add(1)
+		c.t.ctr[ctrErrorCompletions].Add(1)
 	}
 	return &verbs.CompletionError{Completion: wc}
 }
@@ -170,14 +170,14 @@ func (c *conn) settle(r received) error {
 	// 4. credits.
 	c.mu.Lock()
 	granted := c.credits.Grant(cl.hdr.Credits)
-	t.ctr.credits.Store(uint64(granted))
+	t.ctr[ctrCredits].Store(uint64(granted))
 	if cl.hasCredit {
 		cl.hasCredit = false
 		c.credits.Release()
 	}
 	c.grantCreditsLocked()
 	if !cl.sendDone {
-		t.ctr.replyBeforeSend.Add(1)
+		t.ctr[ctrReplyBeforeSend].Add(1)
 	}
 	c.mu.Unlock()
 
@@ -185,7 +185,7 @@ func (c *conn) settle(r received) error {
 	// it must be one of this call's windows.
 	reg := t.reg
 	if r.flags&verbs.WCWithInv != 0 && !r.ownInv {
-		t.ctr.foreignInvalidations.Add(1)
+		t.ctr[ctrForeignInvalidations].Add(1)
 		return fmt.Errorf("xprt: reply to xid %#08x invalidated rkey %#x, which is not one of its windows", cl.req.XID, r.rkey)
 	}
 	// 6. local invalidation of the rest.
@@ -323,7 +323,7 @@ func (cl *call) rebuild() (*sunrpc.Reply, error) {
 	}
 	r, err := cl.plan.Rebuild(in, replyBulk, replyChunk)
 	if err != nil {
-		cl.t.ctr.malformed.Add(1)
+		cl.t.ctr[ctrMalformedReplies].Add(1)
 		return nil, &ProtocolError{XID: cl.req.XID, Err: err}
 	}
 	var bulk []byte

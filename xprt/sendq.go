@@ -76,8 +76,8 @@ func (cl *call) post(c *conn) error {
 	t.mu.Unlock()
 	defer c.mu.Unlock()
 	if cl.plan.PullUp {
-		t.ctr.pullUps.Add(1)
-		t.ctr.pullUpBytes.Add(uint64(sendBodyLen(&cl.plan)))
+		t.ctr[ctrPullUps].Add(1)
+		t.ctr[ctrPullUpBytes].Add(uint64(sendBodyLen(&cl.plan)))
 	}
 	wrs := c.wrs
 	nw := 0
@@ -106,15 +106,15 @@ func (cl *call) post(c *conn) error {
 			*m = sendMeta{kind: wrSend, sendBuf: sb, call: cl}
 			if res.Signal {
 				wrs[i].Flags |= verbs.SendSignaled
-				t.ctr.signaled.Add(1)
+				t.ctr[ctrSignaledSends].Add(1)
 			}
 		}
 	}
 	c.sendFree = c.sendFree[:len(c.sendFree)-1]
 	c.pend = append(c.pend, wrs[:nw]...)
-	t.ctr.sends.Add(1)
+	t.ctr[ctrSends].Add(1)
 	if c.posting {
-		t.ctr.postsCombined.Add(1) // the poster sends it with its next batch
+		t.ctr[ctrPostsCombined].Add(1) // the poster sends it with its next batch
 		return nil
 	}
 	c.postPendingLocked()
@@ -141,7 +141,7 @@ func (c *conn) postPendingLocked() {
 			// did not, so the windows of the batch's calls are in an
 			// unknown state: the teardown destroys them and sends the
 			// calls again.
-			t.ctr.postFailures.Add(1)
+			t.ctr[ctrPostFailures].Add(1)
 			c.mu.Unlock()
 			t.log.Error("ibv_post_send failed", "err", err)
 			t.connLost(c, fmt.Errorf("xprt: ibv_post_send: %w", err))
@@ -166,7 +166,7 @@ const postBatchMax = 64
 func (c *conn) postBatch(batch []verbs.SendWR) error {
 	for len(batch) > 0 {
 		n := min(len(batch), postBatchMax)
-		c.t.ctr.posts.Add(1)
+		c.t.ctr[ctrPosts].Add(1)
 		if _, err := c.qp.PostSend(batch[:n]); err != nil {
 			return err
 		}
@@ -196,10 +196,10 @@ func (c *conn) postLocalInvalidationsLocked(cl *call, inv []verbs.SendWR) error 
 	if c.posting {
 		// Behind the chains the poster has yet to post, in wrid order.
 		c.pend = append(c.pend, inv...)
-		c.t.ctr.postsCombined.Add(1)
+		c.t.ctr[ctrPostsCombined].Add(1)
 		return nil
 	}
-	c.t.ctr.posts.Add(1)
+	c.t.ctr[ctrPosts].Add(1)
 	_, err := c.qp.PostSend(inv)
 	return err
 }

@@ -57,13 +57,7 @@ func newStack(t testing.TB, o stackOpts) *stack {
 	scfg.Addr = netip.MustParseAddrPort("10.0.0.1:20049")
 	if o.observe {
 		scfg.Observe = func(_ xprttest.CallInfo, h *rpcrdma.Header) {
-			var c rpcrdma.Header
-			c.XID, c.Proc = h.XID, h.Proc
-			c.Reads = append(c.Reads, h.Reads...)
-			for _, w := range h.Writes {
-				c.Writes = append(c.Writes, append(rpcrdma.WriteChunk(nil), w...))
-			}
-			c.Reply, c.HasReply = append(c.Reply, h.Reply...), h.HasReply
+			c := copyChunks(h)
 			s.mu.Lock()
 			s.hdrs = append(s.hdrs, c)
 			s.mu.Unlock()

@@ -163,7 +163,7 @@ func (t *Transport) ensureRegistry(dev verbs.Device) error {
 		t.mu.Lock()
 		t.pd, t.devName = pd, dev.Name()
 		t.mu.Unlock()
-		t.ctr.deviceMoves.Add(1)
+		t.ctr[ctrDeviceMoves].Add(1)
 		t.log.Info("I/O buffers registered on a new device", "device", dev.Name(), "was", have)
 		return nil
 	}
@@ -239,19 +239,7 @@ func (t *Transport) releaseRegistry() {
 
 // Counters returns a snapshot of the transport's counters.
 func (t *Transport) Counters() Counters {
-	c := Counters{
-		Calls: t.ctr.calls.Load(), Sends: t.ctr.sends.Load(), SignaledSends: t.ctr.signaled.Load(), Receives: t.ctr.receives.Load(), BadXIDs: t.ctr.badXIDs.Load(),
-		MalformedReplies: t.ctr.malformed.Load(), ReadChunks: t.ctr.readChunks.Load(), PositionZero: t.ctr.pos0.Load(),
-		WriteChunks: t.ctr.writeChunks.Load(), ReplyChunks: t.ctr.replyChunks.Load(), PullUps: t.ctr.pullUps.Load(),
-		PullUpBytes: t.ctr.pullUpBytes.Load(), CongestionWaits: t.ctr.congestionWaits.Load(), CreditWaits: t.ctr.creditWaits.Load(),
-		ReplyBeforeSend: t.ctr.replyBeforeSend.Load(), Reconnects: t.ctr.reconnects.Load(), Retransmits: t.ctr.retransmits.Load(),
-		Timeouts: t.ctr.timeouts.Load(), RDMAErrors: t.ctr.rdmaErrors.Load(), ErrorCompletions: t.ctr.errorCompletions.Load(),
-		Disconnects: t.ctr.disconnects.Load(), Credits: t.ctr.credits.Load(), MaxOutstanding: t.ctr.maxOut.Load(), ZeroCopyReads: t.ctr.zeroCopy.Load(), ZeroCopyWrites: t.ctr.zeroCopyWrites.Load(), BusyPolls: t.ctr.busyPolls.Load(), BusyPollHits: t.ctr.busyPollHits.Load(), OwnReplies: t.ctr.ownReplies.Load(), ReadyRegistrations: t.ctr.readyRegistrations.Load(),
-		Abandoned: t.ctr.abandoned.Load(), AbandonResets: t.ctr.abandonResets.Load(), RetransmitResets: t.ctr.retransmitResets.Load(),
-		BudgetWaits: t.ctr.budgetWaits.Load(), PostFailures: t.ctr.postFailures.Load(), Posts: t.ctr.posts.Load(), PostsCombined: t.ctr.postsCombined.Load(), ForeignInvalidations: t.ctr.foreignInvalidations.Load(),
-		DeviceRemovals: t.ctr.deviceRemovals.Load(), RefusedTransitions: t.ctr.refusedTransitions.Load(), AsyncEvents: t.ctr.asyncEvents.Load(),
-		DeviceMoves: t.ctr.deviceMoves.Load(),
-	}
+	c := t.ctr.snapshot()
 	t.mu.Lock()
 	reg := t.reg
 	t.mu.Unlock()
@@ -370,7 +358,7 @@ func (t *Transport) connLost(c *conn, why error) {
 		c.kickLoopLocked()
 	}
 	c.mu.Unlock()
-	t.ctr.disconnects.Add(1)
+	t.ctr[ctrDisconnects].Add(1)
 	if t.cn == c {
 		t.cn = nil
 		if !t.closed {
@@ -481,7 +469,7 @@ func (t *Transport) reconnect() {
 			t.cn = c
 			close(t.connUp)
 			t.mu.Unlock()
-			t.ctr.reconnects.Add(1)
+			t.ctr[ctrReconnects].Add(1)
 			t.log.Info("reconnected", "addr", t.cfg.Addr)
 			return
 		}

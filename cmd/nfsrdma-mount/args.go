@@ -50,7 +50,7 @@ type invocation struct {
 	faultAction string // fault: what to inject (test-only hook, fault.go)
 }
 
-const usage = `usage:
+const usageHead = `usage:
   nfsrdma-mount [-f] [-v] [-o options] server:/export /mountpoint
   nfsrdma-mount -u [-l] /mountpoint
   nfsrdma-mount stats [-json] [-i SECONDS [-c COUNT]] [/mountpoint...]
@@ -64,16 +64,14 @@ unmount it. The background server logs to syslog (or -o logfile=PATH); -v
 logs debug too, and with -f it stays in the foreground, logging to the
 terminal. stats prints the /proc/self/mountstats format (of every nfsrdma
 mount without a mount point), -json as JSON, -i every SECONDS in the manner
-of nfsiostat. Options are nfs(5)'s: vers=3, proto=rdma|rdma6|tcp|tcp6, port,
-mountport, mountproto=tcp, rsize, wsize, timeo, retrans, hard, soft, retry,
-bg, fg, nconnect, ac, noac, actimeo, acregmin, acregmax, acdirmin, acdirmax,
-lookupcache, cto, nocto, resvport, noresvport, lock, nolock, local_lock, ro,
-rw, sync, sec=sys, uid, gid (the AUTH_SYS identity); defersetattr (not
-nfs(5)'s: chmod, chown and utimes by a file's writer merged, see the man
-page); mount(8)'s suid,
-nosuid, dev, nodev, exec, noexec, atime, noatime, user, users, remount; what
-mount(8) adds for itself (_netdev, nofail, auto, defaults, x-*...) is
-ignored. See nfsrdma-mount(8).`
+of nfsiostat.`
+
+// usage is the help text; its options come from optionTable.
+var usage = func() string {
+	options, ignored := optionUsage()
+	return usageHead + "\n\nOptions (nfs(5)'s, and this client's inline and defersetattr; see\nnfsrdma-mount(8)):\n" +
+		wrapList(options, 76) + "\n\nAccepted and ignored:\n" + wrapList(ignored, 76)
+}()
 
 // UsageError is a command line that cannot be understood.
 type UsageError struct{ Msg string }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 )
@@ -63,9 +64,9 @@ func (s *switchHandler) WithGroup(name string) slog.Handler {
 // the file logFile (appended to, and returned: the server's output goes
 // there too) when given, else the system log. With neither it returns a
 // handler that discards and a warning for the user.
-func backgroundLog(logFile string, level slog.Level) (slog.Handler, *os.File, string) {
+func backgroundLog(logFile string, level slog.Level) (slog.Handler, *logFile, string) {
 	if logFile != "" {
-		f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+		f, err := openLogFile(logFile)
 		if err != nil {
 			return slog.DiscardHandler, nil, fmt.Sprintf("cannot open the log file: %v; the server's messages are lost", err)
 		}
@@ -76,6 +77,64 @@ func backgroundLog(logFile string, level slog.Level) (slog.Handler, *os.File, st
 		return slog.DiscardHandler, nil, fmt.Sprintf("no system log (nothing answers on /dev/log: %v): the background server's warnings and errors are lost; mount with -o logfile=/PATH to keep them, or -f to stay in the foreground", err)
 	}
 	return l.Handler(), nil, ""
+}
+
+// logFile is the file of logfile=, which its handler writes through:
+// reopen (on SIGHUP) opens the path again, so that after logrotate moved
+// the file away the log goes on in a new one at the path. Once the server
+// detached (output), its standard output and error follow it too.
+type logFile struct {
+	path   string
+	mu     sync.Mutex
+	f      *os.File
+	output bool // fds 1 and 2 are the file
+}
+
+func openLogFile(path string) (*logFile, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, err
+	}
+	return &logFile{path: path, f: f}, nil
+}
+
+// Write writes one record (slog's handlers write each in one Write).
+func (l *logFile) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Write(p)
+}
+
+// detachOutput points the standard input at /dev/null and the standard
+// output and error at the file, now and after each reopen.
+func (l *logFile) detachOutput() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.output = true
+	return detachOutput(l.f)
+}
+
+// reopen opens the path again (creating the file where logrotate moved it
+// away) and closes the file written so far. On failure the log goes on
+// where it went.
+func (l *logFile) reopen() error {
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.output {
+		for _, fd := range []int{1, 2} {
+			if err := syscall.Dup3(int(f.Fd()), fd, 0); err != nil {
+				f.Close()
+				return err
+			}
+		}
+	}
+	old := l.f
+	l.f = f
+	return old.Close()
 }
 
 // detachOutput points the standard input at /dev/null and the standard

@@ -121,7 +121,13 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		level = slog.LevelDebug
 	}
 	sw := newSwitchHandler(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	log := slog.New(sw)
+	// Every record of the mount names its mount point: several mounts'
+	// servers log to the same system log.
+	dir, dirErr := canonicalDir(inv.dir)
+	if dirErr != nil {
+		dir = inv.dir
+	}
+	log := slog.New(sw).With("mountpoint", dir)
 	// The server daemonize started (it has a lifeline) reports on its
 	// readiness pipe and then detaches from its caller. A readiness pipe
 	// alone (a supervisor that keeps the server's output) only reports.
@@ -131,22 +137,47 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		ready = os.NewFile(uintptr(inv.readyFD), "ready")
 	}
 	var later slog.Handler // the log once detached
-	var laterFile *os.File // and where the output goes, when a file
+	var laterFile *logFile // and where the output goes, when a file
+	var file *logFile      // logfile=, reopened on SIGHUP
 	if background {
 		// Nothing this server writes may kill it once its caller's
 		// pipe is gone.
 		signal.Ignore(syscall.SIGPIPE)
 		var warning string
 		later, laterFile, warning = backgroundLog(opts.LogFile, level)
+		file = laterFile
 		if warning != "" {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", name, warning)
 		}
 	} else if opts.LogFile != "" {
-		if h, _, warning := backgroundLog(opts.LogFile, level); warning != "" {
+		if h, f, warning := backgroundLog(opts.LogFile, level); warning != "" {
 			fmt.Fprintf(stderr, "%s: warning: %s\n", name, warning)
 		} else {
 			sw.set(h)
+			file = f
 		}
+	}
+	if file != nil {
+		// SIGHUP reopens the log file (logrotate's postrotate).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		done := make(chan struct{})
+		defer func() {
+			signal.Stop(hup)
+			close(done)
+		}()
+		go func() {
+			for {
+				select {
+				case <-hup:
+					if err := file.reopen(); err != nil {
+						log.Warn("reopening the log file", "file", file.path, "err", err)
+					}
+				case <-done:
+					return
+				}
+			}
+		}()
 	}
 	var detached atomic.Bool
 	var reportOnce sync.Once
@@ -161,7 +192,13 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 			}
 			if background {
 				sw.set(later)
-				if err := detachOutput(laterFile); err != nil {
+				var err error
+				if laterFile != nil {
+					err = laterFile.detachOutput()
+				} else {
+					err = detachOutput(nil)
+				}
+				if err != nil {
 					log.Warn("detaching from the terminal", "err", err)
 				}
 				detached.Store(true)
@@ -176,7 +213,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 	fail := func(err error) {
 		switch {
 		case detached.Load():
-			log.Error("mount failed", "spec", inv.spec, "dir", inv.dir, "err", err)
+			log.Error("mount failed", "spec", inv.spec, "err", err)
 		case background:
 			report(errPrefix + err.Error())
 		default:
@@ -185,9 +222,8 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		}
 	}
 	host, export, _ := splitSpec(inv.spec)
-	dir, err := canonicalDir(inv.dir)
-	if err != nil {
-		fail(err)
+	if dirErr != nil {
+		fail(dirErr)
 		return exitMountErr
 	}
 	m := &mountServer{inv: inv, opts: opts, host: host, export: export, dir: dir, log: log}
@@ -214,7 +250,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 			io.Copy(io.Discard, lifeline)
 			lifeline.Close()
 			if !detached.Load() {
-				log.Warn("the mount command went away: giving up the mount", "dir", dir)
+				log.Warn("the mount command went away: giving up the mount")
 				cancel()
 			}
 		}()
@@ -238,10 +274,10 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 			log.Warn("telling the service manager the mount is up", "err", err)
 		}
 	}
-	log.Info("mounted", "spec", inv.spec, "dir", dir, "opts", opts.String())
+	log.Info("mounted", "spec", inv.spec, "opts", opts.String())
 	go func() {
 		if _, ok := <-sigc; ok {
-			log.Info("signal: unmounting", "dir", dir)
+			log.Info("signal: unmounting")
 			m.unmountForSignal()
 		}
 	}()
@@ -251,7 +287,7 @@ func serve(name string, inv *invocation, opts *mountOptions, stderr io.Writer) i
 		sdNotify("STOPPING=1")
 	}
 	stopProfile()
-	log.Info("unmounted", "dir", dir)
+	log.Info("unmounted")
 	m.release()
 	return exitOK
 }

@@ -442,7 +442,13 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		// first attempt's windows exposed until then).
 		retry = sunrpc.RetryPolicy{}
 	}
-	m.client, err = nfs3.NewClient(m.metered, &nfs3.ClientOptions{
+	// The log's "server OK" after "server not responding"; where the
+	// transport retransmits by itself, the "not responding" too.
+	watch := &serverWatch{t: m.metered, log: m.log, server: m.host}
+	if retry.Timeout == 0 {
+		watch.announce = m.opts.Timeo
+	}
+	m.client, err = nfs3.NewClient(watch, &nfs3.ClientOptions{
 		Cred:   m.cred,
 		Retry:  retry,
 		Logger: m.log,
@@ -592,7 +598,7 @@ func (m *mountServer) unmountForSignal() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	m.log.Warn("mount busy: detaching it (lazy unmount)", "dir", m.dir)
+	m.log.Warn("mount busy: detaching it (lazy unmount)")
 	if err := syscall.Unmount(m.dir, syscall.MNT_DETACH); err != nil {
 		m.log.Warn("lazy unmount", "err", err)
 	}

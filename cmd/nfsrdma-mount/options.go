@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,38 +77,481 @@ func (e *OptionError) Error() string {
 	return fmt.Sprintf("mount option %q: %s", e.Option, e.Reason)
 }
 
-// ignoredOptions are what mount(8) and fstab pass that do not concern the
-// NFS client.
-var ignoredOptions = map[string]bool{
-	"defaults": true, "_netdev": true, "nofail": true, "auto": true, "noauto": true,
-	"nouser": true, "loud": true, "silent": true,
-	"lazytime": true, "nolazytime": true,
-	"intr": true, "nointr": true, "async": true, "sec=sys": true,
-}
-
-// fuseOptions are the FUSE mount's own options, which mount(8) passes back
-// (from /proc/self/mountinfo) on a remount.
-var fuseOptions = map[string]bool{
-	"user_id": true, "group_id": true, "default_permissions": true, "allow_other": true,
-	"max_read": true, "blksize": true, "fd": true, "rootmode": true, "fsname": true, "subtype": true,
-}
-
-// vfsFlags are the options that set or clear a VFS mount flag.
-var vfsFlags = map[string]struct {
-	bit uintptr
-	set bool
-}{
-	"suid": {syscall.MS_NOSUID, false}, "nosuid": {syscall.MS_NOSUID, true},
-	"dev": {syscall.MS_NODEV, false}, "nodev": {syscall.MS_NODEV, true},
-	"exec": {syscall.MS_NOEXEC, false}, "noexec": {syscall.MS_NOEXEC, true},
-	"atime": {syscall.MS_NOATIME, false}, "noatime": {syscall.MS_NOATIME, true},
-	"diratime": {syscall.MS_NODIRATIME, false}, "nodiratime": {syscall.MS_NODIRATIME, true},
-	"relatime": {syscall.MS_RELATIME, true}, "norelatime": {syscall.MS_RELATIME, false},
-	"strictatime": {syscall.MS_STRICTATIME, true}, "nostrictatime": {syscall.MS_STRICTATIME, false},
-}
-
 // maxNConnect is nfs(5)'s limit of nconnect.
 const maxNConnect = 16
+
+// What an option takes after "=".
+type valueKind int
+
+const (
+	noValue  valueKind = iota // a flag: "ro"; "ro=1" is refused
+	number                    // an integer in [lo, hi]
+	choice                    // one of choices
+	anyValue                  // anything, or nothing; set checks it
+)
+
+// option is one row of optionTable: the names of one -o option, what it
+// takes, how it changes mountOptions and how stats shows it.
+type option struct {
+	names   []string // "x-*" matches every name with the prefix
+	value   valueKind
+	lo, hi  int64    // number: its range
+	unit    string   // number: what it counts, for the hint
+	choices []string // choice: the values taken
+	// hint is what a bad value is told (choice, anyValue); a number's is
+	// its range and unit.
+	hint string
+	// arg is what an anyValue option takes, for the usage ("" and no
+	// value: the bare name).
+	arg string
+	// ignored: accepted and ignored (mount(8)'s and fstab's own, nfs(5)'s
+	// obsolete ones); the usage names them apart.
+	ignored bool
+	// remountOnly: known only after "remount" (the FUSE options mount(8)
+	// passes back from /proc/self/mountinfo); unknown otherwise.
+	remountOnly bool
+	// vfs: the VFS mount flag the option sets (set) or clears, per name.
+	vfs map[string]vfsFlag
+	// set applies the option; n is the number of a number option.
+	set func(p *optionParser, name, val string, n int64) error
+	// show lists the option as it is in effect, for stats (as
+	// /proc/self/mountstats shows the kernel's); nil: not shown. The
+	// table's order is the order shown.
+	show func(o *mountOptions) []string
+}
+
+type vfsFlag struct {
+	bit uintptr
+	set bool
+}
+
+// optionParser is parseOptions' state: the options so far, and what is
+// settled once all are read.
+type optionParser struct {
+	o       *mountOptions
+	opt     string // the option being parsed, whole, for errors
+	noac    bool
+	actimeo *time.Duration
+}
+
+func (p *optionParser) bad(reason string) error { return &OptionError{Option: p.opt, Reason: reason} }
+
+func (p *optionParser) ignore(string, string, int64) error {
+	p.o.Ignored = append(p.o.Ignored, p.opt)
+	return nil
+}
+
+// flagPair is a pair of flag options, the first setting *field (through
+// get) false, the second true.
+func flagPair(on, off string, field func(*mountOptions) *bool, show func(*mountOptions) []string) option {
+	return option{names: []string{on, off}, set: func(p *optionParser, name, _ string, _ int64) error {
+		*field(p.o) = name == off
+		return nil
+	}, show: show}
+}
+
+// vfsPair is a pair of options that clear and set a VFS mount flag; shown
+// is whether stats shows the set one.
+func vfsPair(clear, set string, bit uintptr, setMeans bool, shown bool) option {
+	op := option{names: []string{clear, set}, vfs: map[string]vfsFlag{clear: {bit, !setMeans}, set: {bit, setMeans}}}
+	if shown {
+		op.show = func(o *mountOptions) []string {
+			if o.MountFlags&bit != 0 {
+				return []string{set}
+			}
+			return nil
+		}
+	}
+	return op
+}
+
+func showIf(cond bool, s ...string) []string {
+	if cond {
+		return s
+	}
+	return nil
+}
+
+// optionTable is every -o option the helper knows: the parser, its error
+// messages, the stats echo of the options in effect and the check of the
+// man page's MOUNT OPTIONS section (TestManPageOptions) come from it.
+var optionTable = []option{
+	{names: []string{"vers", "nfsvers"}, value: choice, choices: []string{"3"}, hint: "only NFS version 3 is supported",
+		show: func(*mountOptions) []string { return []string{"vers=3"} }},
+	{names: []string{"proto"}, value: anyValue, arg: "rdma|rdma6|tcp|tcp6", hint: "want rdma, rdma6, tcp or tcp6",
+		set: func(p *optionParser, _, val string, _ int64) error {
+			switch val {
+			case "rdma", "tcp":
+				p.o.Proto, p.o.IPv6 = val, false
+			case "rdma6", "tcp6":
+				p.o.Proto, p.o.IPv6 = strings.TrimSuffix(val, "6"), true
+			case "udp", "udp6":
+				return p.bad("supported protocols are rdma, rdma6, tcp and tcp6")
+			default:
+				return p.bad("want rdma, rdma6, tcp or tcp6")
+			}
+			return nil
+		},
+		show: func(o *mountOptions) []string {
+			if o.IPv6 {
+				return []string{"proto=" + o.Proto + "6"}
+			}
+			return []string{"proto=" + o.Proto}
+		}},
+	{names: []string{"rdma", "tcp"}, set: func(p *optionParser, name, _ string, _ int64) error {
+		p.o.Proto = name
+		return nil
+	}},
+	{names: []string{"port"}, value: number, lo: 0, hi: 65535,
+		set:  func(p *optionParser, _, _ string, n int64) error { p.o.Port = int(n); return nil },
+		show: func(o *mountOptions) []string { return []string{fmt.Sprintf("port=%d", o.Port)} }},
+	{names: []string{"nconnect"}, value: number, lo: 1, hi: maxNConnect, unit: "transports",
+		set:  func(p *optionParser, _, _ string, n int64) error { p.o.NConnect = int(n); return nil },
+		show: func(o *mountOptions) []string { return showIf(o.NConnect > 1, fmt.Sprintf("nconnect=%d", o.NConnect)) }},
+	{names: []string{"inline"}, value: number, lo: 1024, hi: rpcrdma.MaxInlineSize, unit: "bytes",
+		set:  func(p *optionParser, _, _ string, n int64) error { p.o.Inline = int(n); return nil },
+		show: func(o *mountOptions) []string { return showIf(o.Inline != 0, fmt.Sprintf("inline=%d", o.Inline)) }},
+	{names: []string{"mountport"}, value: number, lo: 0, hi: 65535,
+		set: func(p *optionParser, _, _ string, n int64) error { p.o.MountPort = int(n); return nil },
+		show: func(o *mountOptions) []string {
+			return showIf(o.MountPort != 0, fmt.Sprintf("mountport=%d", o.MountPort))
+		}},
+	{names: []string{"mountproto"}, value: choice, choices: []string{"tcp", "tcp6"}, hint: "MOUNT goes over tcp only"},
+	{names: []string{"mountvers"}, value: choice, choices: []string{"3"}, hint: "only MOUNT version 3 is supported"},
+	{names: []string{"rsize"}, value: number, lo: 1, hi: math.MaxUint32, unit: "bytes",
+		set:  func(p *optionParser, _, _ string, n int64) error { p.o.Rsize = ioSize(n); return nil },
+		show: func(o *mountOptions) []string { return showIf(o.Rsize != 0, fmt.Sprintf("rsize=%d", o.Rsize)) }},
+	{names: []string{"wsize"}, value: number, lo: 1, hi: math.MaxUint32, unit: "bytes",
+		set:  func(p *optionParser, _, _ string, n int64) error { p.o.Wsize = ioSize(n); return nil },
+		show: func(o *mountOptions) []string { return showIf(o.Wsize != 0, fmt.Sprintf("wsize=%d", o.Wsize)) }},
+	{names: []string{"timeo"}, value: number, lo: 1, hi: 6000, unit: "deciseconds", // at most 600 s
+		set: func(p *optionParser, _, _ string, n int64) error {
+			p.o.Timeo = time.Duration(n) * 100 * time.Millisecond
+			return nil
+		},
+		show: func(o *mountOptions) []string {
+			return []string{fmt.Sprintf("timeo=%d", o.Timeo/(100*time.Millisecond))}
+		}},
+	{names: []string{"retrans"}, value: number, lo: 0, hi: 100,
+		set:  func(p *optionParser, _, _ string, n int64) error { p.o.Retrans = int(n); return nil },
+		show: func(o *mountOptions) []string { return []string{fmt.Sprintf("retrans=%d", o.Retrans)} }},
+	{names: []string{"hard", "soft"}, set: func(p *optionParser, name, _ string, _ int64) error {
+		p.o.Hard = name == "hard"
+		return nil
+	}, show: func(o *mountOptions) []string {
+		if o.Hard {
+			return []string{"hard"}
+		}
+		return []string{"soft"}
+	}},
+	{names: []string{"retry"}, value: number, lo: 0, hi: 10000, unit: "minutes",
+		set: func(p *optionParser, _, _ string, n int64) error {
+			p.o.Retry, p.o.RetrySet = time.Duration(n)*time.Minute, true
+			return nil
+		}},
+	{names: []string{"acregmin", "acregmax", "acdirmin", "acdirmax"}, value: number, lo: 0, hi: 24 * 3600, unit: "seconds",
+		set: func(p *optionParser, name, _ string, n int64) error {
+			d := time.Duration(n) * time.Second
+			switch name {
+			case "acregmin":
+				p.o.FS.AcRegMin = d
+			case "acregmax":
+				p.o.FS.AcRegMax = d
+			case "acdirmin":
+				p.o.FS.AcDirMin = d
+			default:
+				p.o.FS.AcDirMax = d
+			}
+			return nil
+		},
+		show: func(o *mountOptions) []string {
+			secs := func(d time.Duration) int { return int(d / time.Second) }
+			return []string{fmt.Sprintf("acregmin=%d,acregmax=%d,acdirmin=%d,acdirmax=%d",
+				secs(o.FS.AcRegMin), secs(o.FS.AcRegMax), secs(o.FS.AcDirMin), secs(o.FS.AcDirMax))}
+		}},
+	{names: []string{"actimeo"}, value: number, lo: 0, hi: 24 * 3600, unit: "seconds",
+		set: func(p *optionParser, _, _ string, n int64) error {
+			d := time.Duration(n) * time.Second
+			p.actimeo = &d
+			return nil
+		}},
+	{names: []string{"ac", "noac"}, set: func(p *optionParser, name, _ string, _ int64) error {
+		p.noac = name == "noac"
+		return nil
+	}},
+	{names: []string{"sync"}, set: func(p *optionParser, _, _ string, _ int64) error { p.o.FS.Sync = true; return nil },
+		show: func(o *mountOptions) []string { return showIf(o.FS.Sync, "sync") }},
+	flagPair("rw", "ro", func(o *mountOptions) *bool { return &o.FS.ReadOnly }, func(o *mountOptions) []string {
+		if o.FS.ReadOnly {
+			return []string{"ro"}
+		}
+		return []string{"rw"}
+	}),
+	{names: []string{"uid"}, value: number, lo: 0, hi: math.MaxUint32 - 1,
+		set: func(p *optionParser, _, _ string, n int64) error {
+			id := uint32(n)
+			p.o.UID = &id
+			return nil
+		},
+		show: func(o *mountOptions) []string {
+			if o.UID == nil {
+				return nil
+			}
+			return []string{fmt.Sprintf("uid=%d", *o.UID)}
+		}},
+	{names: []string{"gid"}, value: number, lo: 0, hi: math.MaxUint32 - 1,
+		set: func(p *optionParser, _, _ string, n int64) error {
+			id := uint32(n)
+			p.o.GID = &id
+			return nil
+		},
+		show: func(o *mountOptions) []string {
+			if o.GID == nil {
+				return nil
+			}
+			return []string{fmt.Sprintf("gid=%d", *o.GID)}
+		}},
+	{names: []string{"sec"}, value: choice, choices: []string{"sys"}, hint: "only sec=sys (AUTH_SYS) is supported",
+		set:  (*optionParser).ignore,
+		show: func(*mountOptions) []string { return []string{"sec=sys"} }},
+	{names: []string{"lookupcache"}, value: choice, choices: []string{"all", "none", "pos", "positive"}, hint: "want all, none or pos",
+		set: func(p *optionParser, _, val string, _ int64) error {
+			p.o.LookupCache = val
+			if val == "positive" {
+				p.o.LookupCache = "pos"
+			}
+			return nil
+		},
+		show: func(o *mountOptions) []string { return []string{"lookupcache=" + o.LookupCache} }},
+	flagPair("cto", "nocto", func(o *mountOptions) *bool { return &o.NoCTO },
+		func(o *mountOptions) []string { return showIf(o.NoCTO, "nocto") }),
+	// Not nfs(5)'s: fusefs.Options.DeferSetattr (see the man page).
+	flagPair("nodefersetattr", "defersetattr", func(o *mountOptions) *bool { return &o.FS.DeferSetattr },
+		func(o *mountOptions) []string { return showIf(o.FS.DeferSetattr, "defersetattr") }),
+	flagPair("resvport", "noresvport", func(o *mountOptions) *bool { return &o.NoResvPort },
+		func(o *mountOptions) []string { return showIf(o.NoResvPort, "noresvport") }),
+	flagPair("lock", "nolock", func(o *mountOptions) *bool { return &o.NoLock },
+		func(o *mountOptions) []string { return showIf(o.NoLock, "nolock") }),
+	{names: []string{"local_lock"}, value: choice, choices: []string{"none", "flock", "posix", "all"}, hint: "want none, flock, posix or all",
+		set:  func(p *optionParser, _, val string, _ int64) error { p.o.LocalLock = val; return nil },
+		show: func(o *mountOptions) []string { return []string{"local_lock=" + o.LocalLock} }},
+	flagPair("fg", "bg", func(o *mountOptions) *bool { return &o.Background },
+		func(o *mountOptions) []string { return showIf(o.Background, "bg") }),
+	// The VFS flags of the FUSE mount; stats shows those set that the
+	// kernel's mountstats shows.
+	vfsPair("suid", "nosuid", syscall.MS_NOSUID, true, true),
+	vfsPair("dev", "nodev", syscall.MS_NODEV, true, true),
+	vfsPair("exec", "noexec", syscall.MS_NOEXEC, true, true),
+	vfsPair("atime", "noatime", syscall.MS_NOATIME, true, true),
+	vfsPair("diratime", "nodiratime", syscall.MS_NODIRATIME, true, true),
+	vfsPair("norelatime", "relatime", syscall.MS_RELATIME, true, false),
+	vfsPair("nostrictatime", "strictatime", syscall.MS_STRICTATIME, true, false),
+	// mount(8)'s: who may mount (user=NAME is what it records). user and
+	// users imply noexec, nosuid and nodev, which a later exec, suid or
+	// dev overrides.
+	{names: []string{"user", "users"}, value: anyValue, set: func(p *optionParser, _, _ string, _ int64) error {
+		p.o.MountFlags |= syscall.MS_NOEXEC | syscall.MS_NOSUID | syscall.MS_NODEV
+		p.o.Ignored = append(p.o.Ignored, p.opt)
+		return nil
+	}},
+	{names: []string{"owner", "group", "comment", "x-*"}, value: anyValue, ignored: true, set: (*optionParser).ignore},
+	{names: []string{"logfile"}, value: anyValue, arg: "PATH", hint: "want an absolute path",
+		set: func(p *optionParser, _, val string, _ int64) error {
+			if !strings.HasPrefix(val, "/") {
+				return p.bad("want an absolute path")
+			}
+			p.o.LogFile = val
+			return nil
+		}},
+	{names: []string{"remount"}, set: func(p *optionParser, _, _ string, _ int64) error { p.o.Remount = true; return nil }},
+	// What mount(8) and fstab pass that does not concern the NFS client.
+	{names: []string{"defaults", "_netdev", "nofail", "auto", "noauto", "nouser", "loud", "silent",
+		"lazytime", "nolazytime", "intr", "nointr", "async"}, ignored: true, set: (*optionParser).ignore},
+	// The FUSE mount's own options, which mount(8) passes back (from
+	// /proc/self/mountinfo) on a remount.
+	{names: []string{"user_id", "group_id", "default_permissions", "allow_other",
+		"max_read", "blksize", "fd", "rootmode", "fsname", "subtype"}, value: anyValue, remountOnly: true, set: (*optionParser).ignore},
+}
+
+// optionUsage lists the options for the usage: nfs(5)'s and nfsrdma's
+// with what each takes, then mount(8)'s own that the helper ignores.
+func optionUsage() (options, ignored []string) {
+	for _, op := range optionTable {
+		if op.remountOnly {
+			continue
+		}
+		for _, n := range op.names {
+			switch {
+			case op.ignored:
+				ignored = append(ignored, n)
+			case op.value == number:
+				options = append(options, n+"=N")
+			case op.value == choice:
+				options = append(options, n+"="+strings.Join(op.choices, "|"))
+			case op.arg != "":
+				options = append(options, n+"="+op.arg)
+			default:
+				options = append(options, n)
+			}
+		}
+	}
+	return options, ignored
+}
+
+// wrapList joins items with ", " in lines of at most width columns.
+func wrapList(items []string, width int) string {
+	var b strings.Builder
+	col := 0
+	for i, it := range items {
+		if i < len(items)-1 {
+			it += ","
+		}
+		if col > 0 && col+1+len(it) > width {
+			b.WriteString("\n")
+			col = 0
+		} else if col > 0 {
+			b.WriteString(" ")
+			col++
+		}
+		b.WriteString(it)
+		col += len(it)
+	}
+	return b.String()
+}
+
+// ioSize is an rsize or wsize as used: whole pages, within the limits.
+func ioSize(n int64) uint32 {
+	size := uint32(min(max(n, minIOSize), maxIOSize))
+	return size - size%minIOSize
+}
+
+// optionNames maps each name of optionTable to its row ("x-*" is matched
+// by prefix, see lookupOption).
+var optionNames = func() map[string]*option {
+	m := make(map[string]*option)
+	for i := range optionTable {
+		for _, n := range optionTable[i].names {
+			if m[n] != nil {
+				panic("option " + n + " twice in optionTable")
+			}
+			m[n] = &optionTable[i]
+		}
+	}
+	return m
+}()
+
+// vfsFlags are the options that set or clear a VFS mount flag (remount
+// applies them to a live mount).
+var vfsFlags = func() map[string]vfsFlag {
+	m := make(map[string]vfsFlag)
+	for _, op := range optionTable {
+		for n, f := range op.vfs {
+			m[n] = f
+		}
+	}
+	return m
+}()
+
+func lookupOption(name string) *option {
+	if op := optionNames[name]; op != nil {
+		return op
+	}
+	if i := strings.IndexByte(name, '-'); i > 0 {
+		return optionNames[name[:i+1]+"*"]
+	}
+	return nil
+}
+
+// unknownOption is the error of an option the table does not know, with
+// the nearest known name when one is near.
+func unknownOption(opt, name string) error {
+	reason := "unknown option"
+	best, bestD := "", 3 // at most two edits away
+	for _, op := range optionTable {
+		if op.remountOnly {
+			continue
+		}
+		for _, n := range op.names {
+			if d := editDistance(name, n); d < bestD && !strings.HasSuffix(n, "*") {
+				best, bestD = n, d
+			}
+		}
+	}
+	if best != "" {
+		reason += fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	return &OptionError{Option: opt, Reason: reason}
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := 1
+			if a[i-1] == b[j-1] {
+				c = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+c)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// parse applies one option (not empty, trimmed) by its row of the table.
+func (p *optionParser) parse(opt string, sloppy bool) error {
+	p.opt = opt
+	name, val, hasVal := strings.Cut(opt, "=")
+	op := lookupOption(name)
+	if op == nil || op.remountOnly && !p.o.Remount {
+		if sloppy {
+			p.o.Ignored = append(p.o.Ignored, opt)
+			return nil
+		}
+		return unknownOption(opt, name)
+	}
+	var n int64
+	switch op.value {
+	case noValue:
+		if hasVal {
+			return p.bad("takes no value")
+		}
+	case number:
+		if !hasVal || val == "" {
+			return p.bad("needs a value")
+		}
+		var err error
+		n, err = strconv.ParseInt(val, 10, 64)
+		if err != nil || n < op.lo || n > op.hi {
+			reason := fmt.Sprintf("want a number in [%d, %d]", op.lo, op.hi)
+			if op.unit != "" {
+				reason += " (" + op.unit + ")"
+			}
+			return p.bad(reason)
+		}
+	case choice:
+		if !slices.Contains(op.choices, val) {
+			return p.bad(op.hint)
+		}
+	}
+	if f, ok := op.vfs[name]; ok {
+		if f.set {
+			p.o.MountFlags |= f.bit
+		} else {
+			p.o.MountFlags &^= f.bit
+		}
+	}
+	if op.set != nil {
+		return op.set(p, name, val, n)
+	}
+	return nil
+}
 
 // parseOptions parses a comma-separated -o string. With sloppy (mount -s),
 // unknown options are ignored instead of refused.
@@ -125,8 +569,7 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 		LookupCache: "all",
 		LocalLock:   "none",
 	}
-	var noac bool
-	var actimeo *time.Duration
+	p := &optionParser{o: o}
 	for _, opt := range strings.Split(s, ",") {
 		// A remount's options (the mount's own, which mount(8) passes
 		// back, FUSE's included) may come before "remount".
@@ -135,234 +578,18 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 		}
 	}
 	for _, opt := range strings.Split(s, ",") {
-		opt = strings.TrimSpace(opt)
-		if opt == "" {
+		if opt = strings.TrimSpace(opt); opt == "" {
 			continue
 		}
-		name, val, hasVal := strings.Cut(opt, "=")
-		bad := func(reason string) error { return &OptionError{Option: opt, Reason: reason} }
-		num := func(lo, hi int64) (int64, error) {
-			if !hasVal || val == "" {
-				return 0, bad("needs a value")
-			}
-			n, err := strconv.ParseInt(val, 10, 64)
-			if err != nil || n < lo || n > hi {
-				return 0, bad(fmt.Sprintf("want a number in [%d, %d]", lo, hi))
-			}
-			return n, nil
-		}
-		seconds := func() (time.Duration, error) {
-			n, err := num(0, 24*3600)
-			return time.Duration(n) * time.Second, err
-		}
-		flag := func() error {
-			if hasVal {
-				return bad("takes no value")
-			}
-			return nil
-		}
-		var err error
-		switch {
-		case ignoredOptions[opt]:
-			o.Ignored = append(o.Ignored, opt)
-			continue
-		case strings.HasPrefix(name, "x-") || name == "comment":
-			o.Ignored = append(o.Ignored, opt)
-			continue
-		case fuseOptions[name] && o.Remount:
-			o.Ignored = append(o.Ignored, opt)
-			continue
-		}
-		if f, ok := vfsFlags[name]; ok {
-			if err := flag(); err != nil {
-				return nil, err
-			}
-			if f.set {
-				o.MountFlags |= f.bit
-			} else {
-				o.MountFlags &^= f.bit
-			}
-			continue
-		}
-		switch name {
-		case "vers", "nfsvers":
-			if val != "3" {
-				return nil, bad("only NFS version 3 is supported")
-			}
-		case "proto":
-			switch val {
-			case "rdma", "tcp":
-				o.Proto, o.IPv6 = val, false
-			case "rdma6", "tcp6":
-				o.Proto, o.IPv6 = strings.TrimSuffix(val, "6"), true
-			case "udp", "udp6":
-				return nil, bad("supported protocols are rdma, rdma6, tcp and tcp6")
-			default:
-				return nil, bad("want rdma, rdma6, tcp or tcp6")
-			}
-		case "rdma":
-			err = flag()
-			o.Proto = "rdma"
-		case "tcp":
-			err = flag()
-			o.Proto = "tcp"
-		case "port":
-			var n int64
-			n, err = num(0, 65535)
-			o.Port = int(n)
-		case "mountport":
-			var n int64
-			n, err = num(0, 65535)
-			o.MountPort = int(n)
-		case "mountproto":
-			if val != "tcp" && val != "tcp6" {
-				return nil, bad("MOUNT goes over tcp only")
-			}
-		case "mountvers":
-			if val != "3" {
-				return nil, bad("only MOUNT version 3 is supported")
-			}
-		case "rsize", "wsize":
-			var n int64
-			n, err = num(1, math.MaxUint32)
-			size := uint32(min(max(n, minIOSize), maxIOSize))
-			size -= size % minIOSize
-			if name == "rsize" {
-				o.Rsize = size
-			} else {
-				o.Wsize = size
-			}
-		case "timeo":
-			var n int64
-			n, err = num(1, 6000) // deciseconds, at most 600 s
-			o.Timeo = time.Duration(n) * 100 * time.Millisecond
-		case "retrans":
-			var n int64
-			n, err = num(0, 100)
-			o.Retrans = int(n)
-		case "retry":
-			var n int64
-			n, err = num(0, 10000) // minutes
-			o.Retry = time.Duration(n) * time.Minute
-			o.RetrySet = true
-		case "bg":
-			err = flag()
-			o.Background = true
-		case "fg":
-			err = flag()
-			o.Background = false
-		case "nconnect":
-			var n int64
-			n, err = num(1, maxNConnect)
-			o.NConnect = int(n)
-		case "inline":
-			var n int64
-			n, err = num(1024, rpcrdma.MaxInlineSize)
-			o.Inline = int(n)
-		case "lookupcache":
-			switch val {
-			case "all", "none":
-				o.LookupCache = val
-			case "pos", "positive":
-				o.LookupCache = "pos"
-			default:
-				return nil, bad("want all, none or pos")
-			}
-		case "cto", "nocto":
-			err = flag()
-			o.NoCTO = name == "nocto"
-		case "defersetattr", "nodefersetattr":
-			// Not nfs(5)'s: fusefs.Options.DeferSetattr (see the man page).
-			err = flag()
-			o.FS.DeferSetattr = name == "defersetattr"
-		case "resvport", "noresvport":
-			err = flag()
-			o.NoResvPort = name == "noresvport"
-		case "local_lock":
-			switch val {
-			case "none", "flock", "posix", "all":
-				o.LocalLock = val
-			default:
-				return nil, bad("want none, flock, posix or all")
-			}
-		case "lock", "nolock":
-			err = flag()
-			o.NoLock = name == "nolock"
-		case "user", "users", "owner", "group":
-			// mount(8)'s: who may mount (user=NAME is what it records).
-			// user and users imply noexec, nosuid and nodev, which a
-			// later exec, suid or dev overrides.
-			if name == "user" || name == "users" {
-				o.MountFlags |= syscall.MS_NOEXEC | syscall.MS_NOSUID | syscall.MS_NODEV
-			}
-			o.Ignored = append(o.Ignored, opt)
-		case "logfile":
-			if !hasVal || !strings.HasPrefix(val, "/") {
-				return nil, bad("want an absolute path")
-			}
-			o.LogFile = val
-		case "remount":
-			err = flag()
-			o.Remount = true
-		case "hard":
-			err = flag()
-			o.Hard = true
-		case "soft":
-			err = flag()
-			o.Hard = false
-		case "ac":
-			err = flag()
-			noac = false
-		case "noac":
-			err = flag()
-			noac = true
-		case "actimeo":
-			var d time.Duration
-			d, err = seconds()
-			actimeo = &d
-		case "acregmin":
-			o.FS.AcRegMin, err = seconds()
-		case "acregmax":
-			o.FS.AcRegMax, err = seconds()
-		case "acdirmin":
-			o.FS.AcDirMin, err = seconds()
-		case "acdirmax":
-			o.FS.AcDirMax, err = seconds()
-		case "ro":
-			err = flag()
-			o.FS.ReadOnly = true
-		case "rw":
-			err = flag()
-			o.FS.ReadOnly = false
-		case "sync":
-			err = flag()
-			o.FS.Sync = true
-		case "uid", "gid":
-			var n int64
-			n, err = num(0, math.MaxUint32-1)
-			id := uint32(n)
-			if name == "uid" {
-				o.UID = &id
-			} else {
-				o.GID = &id
-			}
-		case "sec":
-			return nil, bad("only sec=sys (AUTH_SYS) is supported")
-		default:
-			if sloppy {
-				o.Ignored = append(o.Ignored, opt)
-				continue
-			}
-			return nil, bad("unknown option")
-		}
-		if err != nil {
+		if err := p.parse(opt, sloppy); err != nil {
 			return nil, err
 		}
 	}
-	if actimeo != nil {
-		o.FS.AcRegMin, o.FS.AcRegMax, o.FS.AcDirMin, o.FS.AcDirMax = *actimeo, *actimeo, *actimeo, *actimeo
+	if p.actimeo != nil {
+		d := *p.actimeo
+		o.FS.AcRegMin, o.FS.AcRegMax, o.FS.AcDirMin, o.FS.AcDirMax = d, d, d, d
 	}
-	if noac {
+	if p.noac {
 		o.FS.NoAC()
 	}
 	if o.LookupCache == "none" {
@@ -401,74 +628,13 @@ func parseOptions(s string, sloppy bool) (*mountOptions, error) {
 	return o, nil
 }
 
-// describe lists the options in effect, as /proc/self/mountstats would.
+// describe lists the options in effect, as /proc/self/mountstats would:
+// each row of optionTable that shows itself, in the table's order.
 func (o *mountOptions) describe() []string {
-	proto := o.Proto
-	if o.IPv6 {
-		proto += "6"
-	}
-	s := []string{"vers=3", "proto=" + proto, fmt.Sprintf("port=%d", o.Port)}
-	if o.NConnect > 1 {
-		s = append(s, fmt.Sprintf("nconnect=%d", o.NConnect))
-	}
-	if o.Inline != 0 {
-		s = append(s, fmt.Sprintf("inline=%d", o.Inline))
-	}
-	if o.MountPort != 0 {
-		s = append(s, fmt.Sprintf("mountport=%d", o.MountPort))
-	}
-	if o.Rsize != 0 {
-		s = append(s, fmt.Sprintf("rsize=%d", o.Rsize))
-	}
-	if o.Wsize != 0 {
-		s = append(s, fmt.Sprintf("wsize=%d", o.Wsize))
-	}
-	s = append(s, fmt.Sprintf("timeo=%d", o.Timeo/(100*time.Millisecond)), fmt.Sprintf("retrans=%d", o.Retrans))
-	if o.Hard {
-		s = append(s, "hard")
-	} else {
-		s = append(s, "soft")
-	}
-	secs := func(d time.Duration) int { return int(d / time.Second) }
-	s = append(s, fmt.Sprintf("acregmin=%d,acregmax=%d,acdirmin=%d,acdirmax=%d",
-		secs(o.FS.AcRegMin), secs(o.FS.AcRegMax), secs(o.FS.AcDirMin), secs(o.FS.AcDirMax)))
-	if o.FS.Sync {
-		s = append(s, "sync")
-	}
-	if o.FS.ReadOnly {
-		s = append(s, "ro")
-	} else {
-		s = append(s, "rw")
-	}
-	if o.UID != nil {
-		s = append(s, fmt.Sprintf("uid=%d", *o.UID))
-	}
-	if o.GID != nil {
-		s = append(s, fmt.Sprintf("gid=%d", *o.GID))
-	}
-	s = append(s, "sec=sys", "lookupcache="+o.LookupCache)
-	if o.NoCTO {
-		s = append(s, "nocto")
-	}
-	if o.FS.DeferSetattr {
-		s = append(s, "defersetattr")
-	}
-	if o.NoResvPort {
-		s = append(s, "noresvport")
-	}
-	if o.NoLock {
-		s = append(s, "nolock")
-	}
-	s = append(s, "local_lock="+o.LocalLock)
-	if o.Background {
-		s = append(s, "bg")
-	}
-	for _, f := range []struct {
-		bit  uintptr
-		name string
-	}{{syscall.MS_NOSUID, "nosuid"}, {syscall.MS_NODEV, "nodev"}, {syscall.MS_NOEXEC, "noexec"}, {syscall.MS_NOATIME, "noatime"}, {syscall.MS_NODIRATIME, "nodiratime"}} {
-		if o.MountFlags&f.bit != 0 {
-			s = append(s, f.name)
+	var s []string
+	for _, op := range optionTable {
+		if op.show != nil {
+			s = append(s, op.show(o)...)
 		}
 	}
 	return s

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -244,5 +246,103 @@ func TestSocketPath(t *testing.T) {
 	c, _ := socketPath("/mnt/y")
 	if a != b || a == c || !strings.HasSuffix(a, ".sock") {
 		t.Errorf("socket paths %q %q %q", a, b, c)
+	}
+}
+
+// Errors name what is wrong and what would do: a number's range and unit,
+// an unknown option's nearest known name.
+func TestOptionHints(t *testing.T) {
+	for _, tc := range []struct{ opts, err string }{
+		{"nconect=2", `"nconect=2": unknown option (did you mean "nconnect"?)`},
+		{"lookupcahce=pos", `did you mean "lookupcache"?`},
+		{"noatim", `did you mean "noatime"?`},
+		{"timeo=0", "want a number in [1, 6000] (deciseconds)"},
+		{"retry=x", "want a number in [0, 10000] (minutes)"},
+		{"acregmax=-1", "(seconds)"},
+		{"rsize=0", "want a number in [1, 4294967295] (bytes)"},
+	} {
+		_, err := parseOptions(tc.opts, false)
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("parseOptions(%q): %v, want %q", tc.opts, err, tc.err)
+		}
+	}
+	if _, err := parseOptions("bogus", false); err == nil || strings.Contains(err.Error(), "did you mean") {
+		t.Errorf("bogus: %v, want no suggestion", err)
+	}
+}
+
+// manPageOptions returns the option names of the MOUNT OPTIONS section of
+// the man page: the names in each .TP entry's tag line.
+func manPageOptions(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../doc/nfsrdma-mount.8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "\n.SH MOUNT OPTIONS\n")
+	if !ok {
+		t.Fatal("no MOUNT OPTIONS section in the man page")
+	}
+	sec, _, _ = strings.Cut(sec, "\n.SH ")
+	italic := regexp.MustCompile(`\\fI.*?\\fR`)
+	names := make(map[string]bool)
+	lines := strings.Split(sec, "\n")
+	for i, l := range lines {
+		if l != ".TP" || i+1 >= len(lines) {
+			continue
+		}
+		tag := lines[i+1]
+		_, tag, _ = strings.Cut(tag, " ") // the macro: .B, .BR, .BI
+		tag = italic.ReplaceAllString(tag, "")
+		tag = strings.NewReplacer(`"`, "", `\-`, "-", "...", "").Replace(tag)
+		for _, item := range strings.Split(tag, ",") {
+			item = strings.Join(strings.Fields(item), "")
+			item, _, _ = strings.Cut(item, "|") // values after the first
+			name, _, _ := strings.Cut(item, "=")
+			if name != "" {
+				names[name] = true
+			}
+		}
+	}
+	return names
+}
+
+// The man page's MOUNT OPTIONS section documents every option of the
+// table, and no option the table does not know.
+func TestManPageOptions(t *testing.T) {
+	man := manPageOptions(t)
+	if len(man) < 40 {
+		t.Fatalf("only %d options found in the man page: %v", len(man), man)
+	}
+	for _, op := range optionTable {
+		for _, n := range op.names {
+			if !man[n] {
+				t.Errorf("option %s is not in the man page's MOUNT OPTIONS", n)
+			}
+		}
+	}
+	for n := range man {
+		if optionNames[n] == nil {
+			t.Errorf("the man page's MOUNT OPTIONS names %s, which the parser does not know", n)
+		}
+	}
+}
+
+// The usage names every option the parser knows but FUSE's (remount only).
+func TestUsageOptions(t *testing.T) {
+	words := make(map[string]bool)
+	for _, w := range strings.FieldsFunc(usage, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' }) {
+		name, _, _ := strings.Cut(w, "=")
+		words[name] = true
+	}
+	for _, op := range optionTable {
+		for _, n := range op.names {
+			if !words[n] && !op.remountOnly {
+				t.Errorf("option %s is not in the usage", n)
+			}
+		}
+	}
+	if words["user_id"] {
+		t.Errorf("FUSE's user_id in the usage")
 	}
 }

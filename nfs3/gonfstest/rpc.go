@@ -2,9 +2,6 @@ package gonfstest
 
 import (
 	"bufio"
-	"encoding/binary"
-	"fmt"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -81,31 +78,10 @@ func (pc *pipeConn) roundTrip(call []byte) ([]byte, error) {
 	if err := pc.c.SetDeadline(time.Now().Add(rpcCallTimeout)); err != nil {
 		return nil, err
 	}
-	rec := make([]byte, 4, 4+len(call))
-	binary.BigEndian.PutUint32(rec, uint32(len(call))|1<<31)
-	if _, err := pc.c.Write(append(rec, call...)); err != nil {
+	if err := sunrpc.WriteRecord(pc.c, call); err != nil {
 		return nil, err
 	}
-	var rep []byte
-	for {
-		var mark [4]byte
-		if _, err := io.ReadFull(pc.r, mark[:]); err != nil {
-			return nil, err
-		}
-		v := binary.BigEndian.Uint32(mark[:])
-		n := int(v &^ (1 << 31))
-		if len(rep)+n > maxRecord {
-			return nil, fmt.Errorf("gonfstest: go-nfs reply over %d bytes", maxRecord)
-		}
-		start := len(rep)
-		rep = append(rep, make([]byte, n)...)
-		if _, err := io.ReadFull(pc.r, rep[start:]); err != nil {
-			return nil, err
-		}
-		if v&(1<<31) != 0 {
-			return rep, nil
-		}
-	}
+	return sunrpc.ReadRecord(pc.r, maxRecord)
 }
 
 // get returns an idle connection to go-nfs or makes a new one; nil after

@@ -4,7 +4,8 @@
 // tests against the Linux NFS server (knfsd) over TCP and RDMA. Each scenario
 // works in its own directory of the export and checks what the client sees:
 // testing/fstest on the fs.FS view, os-style OpenFile flags, errno mapping,
-// path operations, large pipelined transfers and SETATTR times.
+// path operations, large pipelined transfers, SETATTR times, and every
+// NFSv3 procedure through the handle API.
 package nfs3test
 
 import (
@@ -17,6 +18,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,6 +70,7 @@ func Run(t *testing.T, ctx context.Context, tgt *nfs3.Target, dir string, srv Se
 		{"PathOps", PathOps},
 		{"LargeFile", LargeFile},
 		{"Times", Times},
+		{"Procedures", Procedures},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			d := path.Join(dir, strings.ToLower(sc.name))
@@ -504,5 +507,211 @@ func Times(t *testing.T, ctx context.Context, tgt *nfs3.Target, dir string, srv 
 		if a.Mtime != tc.want {
 			t.Errorf("mtime set to %v reads back %+v, want %+v", tc.set, a.Mtime, tc.want)
 		}
+	}
+}
+
+// Procedures drives every NFSv3 procedure through the handle API (Client):
+// NULL, GETATTR, FSINFO, FSSTAT, PATHCONF, MKDIR, CREATE in each mode,
+// LOOKUP, ACCESS, WRITE at each stability, READ, COMMIT, SETATTR, SYMLINK,
+// READLINK, MKNOD, LINK, RENAME, READDIR, READDIRPLUS, REMOVE and RMDIR, and
+// checks their results with other procedures.
+func Procedures(t *testing.T, ctx context.Context, tgt *nfs3.Target, dir string, srv Server) {
+	c := tgt.Client()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, top, err := tgt.Lookup(ctx, dir)
+	must(err)
+
+	// NULL, GETATTR, FSINFO, FSSTAT, PATHCONF.
+	must(c.Null(ctx))
+	ta, err := c.Getattr(ctx, top)
+	must(err)
+	if ta.Type != nfs3.TypeDir {
+		t.Fatalf("directory's type %v", ta.Type)
+	}
+	info, err := c.Fsinfo(ctx, top)
+	must(err)
+	if info.RtMax == 0 || info.WtMax == 0 {
+		t.Errorf("fsinfo %+v", info)
+	}
+	_, err = c.Fsstat(ctx, top)
+	must(err)
+	pc, err := c.Pathconf(ctx, top)
+	must(err)
+	if pc.NameMax == 0 {
+		t.Errorf("pathconf %+v", pc)
+	}
+
+	// MKDIR, then CREATE in each mode.
+	mk, err := c.Mkdir(ctx, top, "d", nfs3.SetAttr{Mode: new(uint32(0o750))})
+	must(err)
+	if mk.FH == nil || mk.DirWcc.After == nil {
+		t.Errorf("mkdir result %+v", mk)
+	}
+	d := mk.FH
+	cr, err := c.Create(ctx, d, "u", nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.SetAttr{Mode: new(uint32(0o640))}})
+	must(err)
+	fh := cr.FH
+	if cr.Attr == nil || (!srv.NoModes && cr.Attr.Mode&0o777 != 0o640) || cr.Attr.Type != nfs3.TypeReg {
+		t.Errorf("create attr %+v", cr.Attr)
+	}
+	_, err = c.Create(ctx, d, "u", nfs3.CreateHow{Mode: nfs3.Guarded})
+	if !errors.Is(err, nfs3.ErrExist) || !errors.Is(err, fs.ErrExist) {
+		t.Errorf("guarded create over existing: %v", err)
+	}
+	_, err = c.Create(ctx, d, "x", nfs3.CreateHow{Mode: nfs3.Exclusive, Verf: nfs3.CreateVerf{1, 2, 3}})
+	if err != nil && !errors.Is(err, nfs3.ErrNotSupp) {
+		t.Errorf("exclusive create: %v", err)
+	}
+
+	// LOOKUP, ACCESS.
+	lr, err := c.Lookup(ctx, d, "u")
+	must(err)
+	if !bytes.Equal(lr.FH, fh) {
+		t.Errorf("lookup fh %x, create fh %x", lr.FH, fh)
+	}
+	_, err = c.Lookup(ctx, d, "nope")
+	if !errors.Is(err, nfs3.ErrNoEnt) || !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("lookup missing: %v", err)
+	}
+	ar, err := c.Access(ctx, fh, nfs3.AccessRead|nfs3.AccessModify)
+	must(err)
+	if ar.Access&nfs3.AccessRead == 0 {
+		t.Errorf("access %#x", ar.Access)
+	}
+
+	// WRITE (each stability), READ, COMMIT.
+	data := []byte("0123456789abcdef")
+	for _, how := range []nfs3.StableHow{nfs3.Unstable, nfs3.DataSync, nfs3.FileSync} {
+		wr, err := c.Write(ctx, fh, 0, data, how)
+		must(err)
+		if wr.Count != uint32(len(data)) {
+			t.Errorf("%v: wrote %d", how, wr.Count)
+		}
+	}
+	_, err = c.Commit(ctx, fh, 0, 0)
+	must(err)
+	buf := make([]byte, 64)
+	rr, err := c.Read(ctx, fh, 4, buf)
+	must(err)
+	if !rr.EOF || rr.Count != len(data)-4 || !bytes.Equal(buf[:rr.Count], data[4:]) {
+		t.Errorf("read %+v %q", rr, buf[:rr.Count])
+	}
+	rr, err = c.Read(ctx, fh, 0, buf[:4])
+	must(err)
+	if rr.Count != 4 || rr.EOF || string(buf[:4]) != "0123" {
+		t.Errorf("partial read %+v %q", rr, buf[:4])
+	}
+
+	// SETATTR: size and mode, seen by GETATTR and READ.
+	wcc, err := c.Setattr(ctx, fh, nfs3.SetAttr{Size: new(uint64(5)), Mode: new(uint32(0o600))}, nil)
+	must(err)
+	if wcc.After == nil {
+		t.Error("setattr: no post-op attributes")
+	}
+	got, err := c.Getattr(ctx, fh)
+	must(err)
+	if got.Size != 5 || (!srv.NoModes && got.Mode&0o777 != 0o600) {
+		t.Errorf("after setattr: size %d mode %o", got.Size, got.Mode)
+	}
+	rr, err = c.Read(ctx, fh, 0, buf)
+	must(err)
+	if rr.Count != 5 || !rr.EOF || string(buf[:5]) != "01234" {
+		t.Errorf("read after setattr of size 5: %+v %q", rr, buf[:rr.Count])
+	}
+
+	// SYMLINK, READLINK.
+	sl, err := c.Symlink(ctx, d, "ln", nfs3.SetAttr{}, "u")
+	must(err)
+	lfh := sl.FH
+	if lfh == nil {
+		l, err := c.Lookup(ctx, d, "ln")
+		must(err)
+		lfh = l.FH
+	}
+	rl, err := c.Readlink(ctx, lfh)
+	must(err)
+	if rl.Target != "u" {
+		t.Errorf("readlink %q", rl.Target)
+	}
+
+	// MKNOD: a FIFO, and a block device where the caller may make one (a
+	// squashed root may not).
+	names := []string{"u", "ln", "fifo"}
+	_, err = c.Mknod(ctx, d, "fifo", nfs3.MknodData{Type: nfs3.TypeFIFO, Attr: nfs3.SetAttr{Mode: new(uint32(0o600))}})
+	must(err)
+	_, err = c.Mknod(ctx, d, "blk", nfs3.MknodData{Type: nfs3.TypeBlk, Spec: nfs3.SpecData{Major: 1, Minor: 3}})
+	switch {
+	case err == nil:
+		names = append(names, "blk")
+	case !errors.Is(err, fs.ErrPermission):
+		t.Errorf("mknod of a block device: %v", err)
+	}
+
+	// LINK.
+	if !srv.NoLink {
+		lk, err := c.Link(ctx, fh, d, "hard")
+		must(err)
+		if lk.Attr == nil || lk.Attr.Nlink != 2 {
+			t.Errorf("link result %+v", lk)
+		}
+		names = append(names, "hard")
+	}
+
+	// RENAME, to another directory.
+	_, err = c.Create(ctx, d, "tmp", nfs3.CreateHow{Mode: nfs3.Guarded})
+	must(err)
+	rn, err := c.Rename(ctx, d, "tmp", top, "moved")
+	must(err)
+	if rn.FromDirWcc.After == nil || rn.ToDirWcc.After == nil {
+		t.Errorf("rename wcc %+v", rn)
+	}
+	if _, err := c.Lookup(ctx, top, "moved"); err != nil {
+		t.Errorf("renamed file: %v", err)
+	}
+	if _, err := c.Lookup(ctx, d, "tmp"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("rename source still there: %v", err)
+	}
+
+	// READDIR and READDIRPLUS.
+	ents, err := c.ReadDirAll(ctx, d)
+	must(err)
+	var listed []string
+	for _, e := range ents {
+		listed = append(listed, e.Name)
+	}
+	for _, want := range names {
+		if !slices.Contains(listed, want) {
+			t.Errorf("readdir %v lacks %q", listed, want)
+		}
+	}
+	plus, err := c.ReadDirPlusAll(ctx, d)
+	must(err)
+	for _, e := range plus {
+		if e.Name == "u" && (e.Attr == nil || e.FH == nil || e.Attr.Size != 5) {
+			t.Errorf("readdirplus entry %+v", e)
+		}
+	}
+
+	// RMDIR of a non-empty directory, REMOVE, RMDIR.
+	_, err = c.Rmdir(ctx, top, "d")
+	if err == nil || (!srv.LaxRmdir && !errors.Is(err, nfs3.ErrNotEmpty)) {
+		t.Errorf("rmdir of a non-empty directory: %v", err)
+	}
+	for _, n := range append(names, "x") {
+		if _, err := c.Remove(ctx, d, n); err != nil && !(n == "x" && errors.Is(err, fs.ErrNotExist)) {
+			t.Errorf("remove %s: %v", n, err)
+		}
+	}
+	_, err = c.Rmdir(ctx, top, "d")
+	must(err)
+	// (Not GETATTR of its handle: knfsd may still answer for an inode it
+	// holds.)
+	if _, err := c.Lookup(ctx, top, "d"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lookup of the removed directory: %v", err)
 	}
 }

@@ -16,10 +16,6 @@
 package nlmtest
 
 import (
-	"bufio"
-	"encoding/binary"
-	"errors"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +27,7 @@ import (
 
 	"github.com/nfsrdma/nfsrdma/nlm"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/sunrpc/sunrpctest"
 )
 
 // Owner is a lock owner as the server sees it.
@@ -62,9 +59,7 @@ type Server struct {
 	creds      map[uint32]sunrpc.OpaqueAuth
 	reclaims   int
 	cancels    int
-	conns      map[net.Conn]struct{}
-	closed     bool
-	wg         sync.WaitGroup
+	conns      sunrpctest.Conns
 	rpcb       net.Listener // the local rpcbind socket
 	rpcbPath   string
 	mappings   map[sunrpc.Mapping]uint32 // registered (Port 0) → port
@@ -77,7 +72,7 @@ type Server struct {
 func Serve(t testing.TB) *Server {
 	t.Helper()
 	s := &Server{t: t, blocked: map[Owner]nlm.LockArgs{}, state: 1, calls: map[uint32]int{},
-		creds: map[uint32]sunrpc.OpaqueAuth{}, conns: map[net.Conn]struct{}{}, Grace: 2 * time.Second,
+		creds: map[uint32]sunrpc.OpaqueAuth{}, Grace: 2 * time.Second,
 		mappings: map[sunrpc.Mapping]uint32{}}
 	var err error
 	if s.pm, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -95,10 +90,9 @@ func Serve(t testing.TB) *Server {
 	if s.rpcb, err = net.Listen("unix", s.rpcbPath); err != nil {
 		t.Fatal(err)
 	}
-	s.wg.Add(3)
-	go s.accept(s.pm)
-	go s.accept(s.svc)
-	go s.accept(s.rpcb)
+	s.conns.Serve(s.pm, s.serve)
+	s.conns.Serve(s.svc, s.serve)
+	s.conns.Serve(s.rpcb, s.serve)
 	t.Cleanup(s.Close)
 	return s
 }
@@ -114,18 +108,7 @@ func (s *Server) Port() int {
 }
 
 // Close stops the server.
-func (s *Server) Close() {
-	s.mu.Lock()
-	s.closed = true
-	s.pm.Close()
-	s.svc.Close()
-	s.rpcb.Close()
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
+func (s *Server) Close() { s.conns.Close() }
 
 // Restart forgets every lock, moves the NSM state on, starts a grace
 // period of s.Grace and serves NLM on a new port (the old connections
@@ -138,11 +121,7 @@ func (s *Server) Restart() {
 	s.graceUntil = time.Now().Add(s.Grace)
 	old := s.svc
 	old.Close()
-	for c := range s.conns {
-		if c.LocalAddr().String() == old.Addr().String() {
-			c.Close()
-		}
-	}
+	s.conns.Drop(func(c net.Conn) bool { return c.LocalAddr().String() == old.Addr().String() })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		s.mu.Unlock()
@@ -150,9 +129,8 @@ func (s *Server) Restart() {
 		return
 	}
 	s.svc = ln
-	s.wg.Add(1)
 	s.mu.Unlock()
-	go s.accept(ln)
+	s.conns.Serve(ln, s.serve)
 }
 
 // Locks returns the locks held.
@@ -217,73 +195,8 @@ func (s *Server) ClearLocks(o Owner) {
 	s.locks = keep
 }
 
-func (s *Server) accept(ln net.Listener) {
-	defer s.wg.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(c)
-	}
-}
-
-func (s *Server) serve(c net.Conn) {
-	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		c.Close()
-	}()
-	br := bufio.NewReader(c)
-	for {
-		rec, err := readRecord(br)
-		if err != nil {
-			return
-		}
-		rep := s.handle(rec)
-		if rep == nil {
-			continue
-		}
-		out := binary.BigEndian.AppendUint32(nil, uint32(len(rep))|1<<31)
-		if _, err := c.Write(append(out, rep...)); err != nil {
-			return
-		}
-	}
-}
-
-func readRecord(r io.Reader) ([]byte, error) {
-	var rec []byte
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return nil, err
-		}
-		m := binary.BigEndian.Uint32(hdr[:])
-		n := int(m &^ (1 << 31))
-		if len(rec)+n > 1<<20 {
-			return nil, errors.New("nlmtest: record too large")
-		}
-		start := len(rec)
-		rec = append(rec, make([]byte, n)...)
-		if _, err := io.ReadFull(r, rec[start:]); err != nil {
-			return nil, err
-		}
-		if m&(1<<31) != 0 {
-			return rec, nil
-		}
-	}
-}
+// serve answers the calls of c one at a time, in order.
+func (s *Server) serve(c net.Conn) { sunrpctest.ServeRecords(c, s.handle) }
 
 func (s *Server) handle(rec []byte) []byte {
 	d := sunrpc.NewDecoder(rec)

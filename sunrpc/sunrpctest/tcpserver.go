@@ -1,31 +1,22 @@
 package sunrpctest
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
-	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
-)
 
-// maxRecord bounds a call record the TCP server reads.
-const maxRecord = 64 << 20
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
 
 // TCPServer serves a Handler over TCP on 127.0.0.1 with record marking
 // (RFC 5531 §11): each call on its own goroutine, replies written whole,
 // in the order they are ready. It implements Server.
 type TCPServer struct {
-	h    *Handler
-	ln   net.Listener
-	wg   sync.WaitGroup
-	busy InFlight
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	h     *Handler
+	ln    net.Listener
+	conns Conns
+	busy  InFlight
 }
 
 // ServeTCP starts a TCPServer for h; it is closed when the test ends.
@@ -35,9 +26,8 @@ func ServeTCP(t testing.TB, h *Handler) *TCPServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &TCPServer{h: h, ln: ln, conns: map[net.Conn]struct{}{}}
-	s.wg.Add(1)
-	go s.accept()
+	s := &TCPServer{h: h, ln: ln}
+	s.conns.Serve(ln, s.serve)
 	t.Cleanup(s.Close)
 	return s
 }
@@ -45,81 +35,26 @@ func ServeTCP(t testing.TB, h *Handler) *TCPServer {
 // Addr is the address the server listens on.
 func (s *TCPServer) Addr() string { return s.ln.Addr().String() }
 
-func (s *TCPServer) accept() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			c.Close()
-			return
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go s.serve(c)
-	}
-}
-
+// serve reads the calls of c and serves each on a goroutine of its own,
+// until c fails; it returns once they are all served.
 func (s *TCPServer) serve(c net.Conn) {
-	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		c.Close()
-	}()
 	var wmu sync.Mutex
 	var calls sync.WaitGroup
 	defer calls.Wait()
-	br := bufio.NewReader(c)
-	for {
-		rec, err := readRecord(br)
-		if err != nil {
-			return
-		}
+	ServeRecords(c, func(call []byte) []byte {
 		s.busy.Begin()
-		calls.Add(1)
-		go func() {
-			defer calls.Done()
+		calls.Go(func() {
 			defer s.busy.End()
-			rep := s.h.ServeRPC(rec)
+			rep := s.h.ServeRPC(call)
 			if rep == nil {
 				return
 			}
-			out := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(rep)), uint32(len(rep))|1<<31)
 			wmu.Lock()
 			defer wmu.Unlock()
-			c.Write(append(out, rep...)) // a write to a dropped connection fails: the reply is lost, as on a real loss
-		}()
-	}
-}
-
-func readRecord(r io.Reader) ([]byte, error) {
-	var rec []byte
-	for {
-		var hdr [4]byte
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return nil, err
-		}
-		m := binary.BigEndian.Uint32(hdr[:])
-		n := int(m &^ (1 << 31))
-		if len(rec)+n > maxRecord {
-			return nil, errors.New("sunrpctest: record too large")
-		}
-		start := len(rec)
-		rec = append(rec, make([]byte, n)...)
-		if _, err := io.ReadFull(r, rec[start:]); err != nil {
-			return nil, err
-		}
-		if m&(1<<31) != 0 {
-			return rec, nil
-		}
-	}
+			sunrpc.WriteRecord(c, rep) // a write to a dropped connection fails: the reply is lost, as on a real loss
+		})
+		return nil
+	})
 }
 
 // WaitIdle waits until every call the server has read so far has been
@@ -127,24 +62,11 @@ func readRecord(r io.Reader) ([]byte, error) {
 func (s *TCPServer) WaitIdle(ctx context.Context) error { return s.busy.Wait(ctx) }
 
 // Disconnect drops every live connection.
-func (s *TCPServer) Disconnect() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.conns {
-		c.Close()
-	}
-}
+func (s *TCPServer) Disconnect() { s.conns.Drop(nil) }
 
 // Close stops the server, drops its connections and waits for its
 // goroutines (release held calls first: Handler.Close).
-func (s *TCPServer) Close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
-	s.ln.Close()
-	s.Disconnect()
-	s.wg.Wait()
-}
+func (s *TCPServer) Close() { s.conns.Close() }
 
 // InFlight counts calls being served and lets waiters sleep until none
 // is: a test server's WaitIdle. The zero value is ready to use.

@@ -1,8 +1,11 @@
 package xprt
 
-// Reproductions of the defects of issue 9 (items 1–7) on the simulated
-// fabric, each as small as it can be. They fail until xprt's call
-// lifecycle is re-cut; they stay as regression tests.
+// The call lifecycle on the simulated fabric, each case as small as it can
+// be: a caller giving up after its call is posted (windows, borrowed
+// buffers, late replies), same-XID retries and abandoned attempts, credits
+// handed on only after their receive is reposted, windows taken all at once,
+// calls of many segments and long calls, and ErrClosed. Also the rig the
+// rule tests share.
 
 import (
 	"bytes"
@@ -36,17 +39,25 @@ type rig struct {
 	tag  uint32
 }
 
+// copyChunks copies the XID, procedure and chunk lists of a call's
+// transport header, for a test to keep past Observe (the header is the
+// server's).
+func copyChunks(h *rpcrdma.Header) rpcrdma.Header {
+	var c rpcrdma.Header
+	c.XID, c.Proc = h.XID, h.Proc
+	c.Reads = append(c.Reads, h.Reads...)
+	for _, w := range h.Writes {
+		c.Writes = append(c.Writes, append(rpcrdma.WriteChunk(nil), w...))
+	}
+	c.Reply, c.HasReply = append(c.Reply, h.Reply...), h.HasReply
+	return c
+}
+
 func newRig(t *testing.T, cfg Config, scfg xprttest.Config, opts ...sim.Option) *rig {
 	t.Helper()
 	r := &rig{t: t, h: sunrpctest.NewHandler(), hdrs: map[uint32][]rpcrdma.Header{}, xid: 0x1000}
 	scfg.Observe = func(_ xprttest.CallInfo, h *rpcrdma.Header) {
-		var c rpcrdma.Header
-		c.XID, c.Proc = h.XID, h.Proc
-		c.Reads = append(c.Reads, h.Reads...)
-		for _, w := range h.Writes {
-			c.Writes = append(c.Writes, append(rpcrdma.WriteChunk(nil), w...))
-		}
-		c.Reply, c.HasReply = append(c.Reply, h.Reply...), h.HasReply
+		c := copyChunks(h)
 		r.mu.Lock()
 		r.hdrs[h.XID] = append(r.hdrs[h.XID], c)
 		r.mu.Unlock()
@@ -104,6 +115,15 @@ func (r *rig) read(ctx context.Context, seed uint32, n int) error {
 	return sunrpctest.CheckRead(rep, xid, seed, n)
 }
 
+// mustNull makes a NULL call, failing the test if it fails: the
+// connection is up and a credit came back.
+func (r *rig) mustNull(ctx context.Context) {
+	r.t.Helper()
+	if err := r.null(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 func (r *rig) null(ctx context.Context) error {
 	xid, _ := r.next()
 	rep, err := r.tr.RoundTrip(ctx, sunrpctest.NullRequest(xid))
@@ -141,10 +161,10 @@ func (r *rig) giveUpHeld(seed uint32, buf []byte) (xid, tag uint32) {
 	return xid, tag
 }
 
-// Item 1: after RoundTrip returned on a cancel, the call's Write chunk
+// After RoundTrip returned on a cancel, the call's Write chunk
 // window must be invalid (or its connection gone): a late RDMA WRITE with
 // its rkey must fail at the device.
-func TestIssue9CancelAfterPostWindowInvalid(t *testing.T) {
+func TestLifecycleCancelAfterPostWindowInvalid(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	if err := r.null(r.ctx(5 * time.Second)); err != nil {
 		t.Fatal(err)
@@ -161,14 +181,12 @@ func TestIssue9CancelAfterPostWindowInvalid(t *testing.T) {
 	}
 }
 
-// Item 1, borrowed buffer: a READ into a borrowed registered buffer that
+// Borrowed buffer: a READ into a borrowed registered buffer that
 // the caller gave up on must not be written by the late reply.
-func TestIssue9CancelAfterPostBorrowedBuffer(t *testing.T) {
+func TestLifecycleCancelAfterPostBorrowedBuffer(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	ctx := r.ctx(10 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	b, err := r.tr.Borrow(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -183,16 +201,14 @@ func TestIssue9CancelAfterPostBorrowedBuffer(t *testing.T) {
 	if err := r.srv.WaitIdle(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	if n := len(buf) - bytes.Count(buf, []byte{0x5a}); n != 0 {
 		t.Fatalf("%d bytes of the borrowed buffer were overwritten after RoundTrip returned", n)
 	}
 }
 
-// Item 1: the late reply is never copied into the caller's ReplyBulk.
-func TestIssue9CancelAfterPostNoLateCopy(t *testing.T) {
+// The late reply is never copied into the caller's ReplyBulk.
+func TestLifecycleCancelAfterPostNoLateCopy(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -200,9 +216,7 @@ func TestIssue9CancelAfterPostNoLateCopy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, tc.cfg, xprttest.Config{})
 			ctx := r.ctx(10 * time.Second)
-			if err := r.null(ctx); err != nil {
-				t.Fatal(err)
-			}
+			r.mustNull(ctx)
 			buf := bytes.Repeat([]byte{0x5a}, 64<<10)
 			_, tag := r.giveUpHeld(1, buf)
 			r.h.Release(tag)
@@ -219,9 +233,9 @@ func TestIssue9CancelAfterPostNoLateCopy(t *testing.T) {
 	}
 }
 
-// Item 2: a same-XID retry on the live connection must not be completed by
+// A same-XID retry on the live connection must not be completed by
 // the first attempt's reply with data the server never wrote for it.
-func TestIssue9RetryNotCompletedByFirstReply(t *testing.T) {
+func TestLifecycleRetryNotCompletedByFirstReply(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -273,15 +287,13 @@ func TestIssue9RetryNotCompletedByFirstReply(t *testing.T) {
 	}
 }
 
-// Item 3: an abandoned attempt that finishes after its retry (same XID)
+// An abandoned attempt that finishes after its retry (same XID)
 // was sent must not remove the retry from the xid table: the retry's
 // reply would be dropped as an unknown xid.
-func TestIssue9AbandonedAttemptKeepsSuccessor(t *testing.T) {
+func TestLifecycleAbandonedAttemptKeepsSuccessor(t *testing.T) {
 	r := newRig(t, Config{MaxSegment: 16 << 10}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	const n = 64 << 10 // four windows: local invalidation
 	xid, tag := r.next()
 	req := func() *sunrpc.Request {
@@ -405,11 +417,11 @@ func (q *countingQP) PostSend(wrs []verbs.SendWR) (int, error) {
 	return q.QP.PostSend(wrs)
 }
 
-// Item 4: a reply's credit may be handed to the next call only after the
+// A reply's credit may be handed to the next call only after the
 // receive it consumed is reposted; otherwise the server's next reply can
 // find no receive (RNR). With an RNR retry count of 0 that breaks the
 // connection.
-func TestIssue9RepostBeforeCredit(t *testing.T) {
+func TestLifecycleRepostBeforeCredit(t *testing.T) {
 	h := sunrpctest.NewHandler()
 	fab := sim.NewFabric(sim.PanicOnDoubleInvalidation())
 	srv, err := xprttest.Start(xprttest.Config{Fabric: fab, Handler: h, Credits: 32})
@@ -457,9 +469,9 @@ func TestIssue9RepostBeforeCredit(t *testing.T) {
 	}
 }
 
-// Item 5: calls that need several windows take them all at once or not at
+// Calls that need several windows take them all at once or not at
 // all; taken one at a time, calls holding some wait for more, forever.
-func TestIssue9WindowsNoDeadlock(t *testing.T) {
+func TestLifecycleWindowsNoDeadlock(t *testing.T) {
 	// Two I/O buffers, eight windows; each READ needs eight.
 	r := newRig(t, Config{MaxIO: 32 << 10, MaxSegment: 4 << 10, IOBuffers: 2}, xprttest.Config{})
 	if err := r.null(r.ctx(5 * time.Second)); err != nil {
@@ -473,14 +485,12 @@ func TestIssue9WindowsNoDeadlock(t *testing.T) {
 	}
 }
 
-// Item 6: a call with a Read chunk and a Write chunk of eight segments
+// A call with a Read chunk and a Write chunk of eight segments
 // each (17 WRs with its Send) must not panic.
-func TestIssue9SixteenSegmentsNoPanic(t *testing.T) {
+func TestLifecycleSixteenSegmentCall(t *testing.T) {
 	r := newRig(t, Config{MaxIO: 64 << 10, MaxSegment: 8 << 10}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	xid, tag := r.next()
 	req := sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag}, 3, 64<<10, make([]byte, 64<<10))
 	data := sunrpctest.Pattern(9, 64<<10)
@@ -498,18 +508,21 @@ func TestIssue9SixteenSegmentsNoPanic(t *testing.T) {
 			rep.Release()
 		}
 		if err != nil {
-			t.Logf("16-segment call: %v", err)
+			t.Fatalf("16-segment call: %v", err)
 		}
 	}()
+	if c := r.tr.Counters(); c.ReadChunks != 1 || c.WriteChunks != 1 {
+		t.Fatalf("the call carried %d Read and %d Write chunks, want one of each: %s", c.ReadChunks, c.WriteChunks, c)
+	}
 	if err := r.read(ctx, 4, 4096); err != nil {
 		t.Fatalf("after the 16-segment call: %v", err)
 	}
 }
 
-// Item 6: a long call (sent whole in a position-zero Read chunk) of an
+// A long call (sent whole in a position-zero Read chunk) of an
 // 8 KiB head and a bulk of MaxIO−1 (then MaxIO−4) bytes is sent whole, not
 // a panic and not truncated.
-func TestIssue9LongCallPositionZero(t *testing.T) {
+func TestLifecycleLongCallPositionZero(t *testing.T) {
 	r := newRig(t, Config{MaxIO: 64 << 10}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
 	for _, n := range []int{64<<10 - 1, 64<<10 - 4} {
@@ -532,8 +545,8 @@ func TestIssue9LongCallPositionZero(t *testing.T) {
 	}
 }
 
-// Item 7: xprt.ErrClosed is sunrpc.ErrClosed (nfs3 maps it to ENOTCONN).
-func TestIssue9ErrClosedIsSunrpcErrClosed(t *testing.T) {
+// ErrClosed is sunrpc.ErrClosed (nfs3 maps it to ENOTCONN).
+func TestLifecycleErrClosedIsSunrpcErrClosed(t *testing.T) {
 	if !errors.Is(ErrClosed, sunrpc.ErrClosed) {
 		t.Fatal("errors.Is(xprt.ErrClosed, sunrpc.ErrClosed) is false")
 	}

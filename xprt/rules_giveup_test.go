@@ -119,9 +119,7 @@ func TestRuleCreditReturnedWhenCallerGivesUpBeforePost(t *testing.T) {
 func TestRuleGivenUpCallKeepsWindowsUntilInvalid(t *testing.T) {
 	r := newRig(t, Config{IOBuffers: 1}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	buf := bytes.Repeat([]byte{0x5a}, 64<<10)
 	xa, ta := r.giveUpHeld(1, buf)
 	segA := r.header(xa, 0).Writes[0][0]
@@ -189,9 +187,7 @@ func (r *rig) heldRead(ctx context.Context, seed uint32) (xid, tag, rkey uint32,
 func TestRuleUnknownXIDSendWithInvalidateResets(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	xid, tag, rkey, done := r.heldRead(ctx, 8)
 	if st := r.serverQP().RogueSend(rogueReply(t, xid^0x80000000, []byte("rogue")), true, rkey); st != verbs.StatusSuccess {
 		t.Fatalf("rogue send: %v", st)
@@ -212,9 +208,7 @@ func TestRuleUnknownXIDSendWithInvalidateResets(t *testing.T) {
 func TestRuleRemoteInvalidationOfAnotherCallsRkeyResets(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	xa, ta := r.next()
 	adone := make(chan error, 1)
 	go func() {
@@ -268,9 +262,7 @@ func TestRuleReceivesRepostedAfterUnknownXIDs(t *testing.T) {
 func TestRuleLocalInvalidationReapedBeforeComplete(t *testing.T) {
 	r := newRig(t, Config{MaxSegment: 16 << 10}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	qp := r.serverQP().Peer()
 	inv0 := r.tr.Counters().LocalInvalidations
 	qp.HoldSendCompletions()
@@ -294,9 +286,7 @@ func TestRuleLocalInvalidationReapedBeforeComplete(t *testing.T) {
 func TestRuleErrorCompletionDisconnectsAtOnce(t *testing.T) {
 	r := newRig(t, Config{Timeout: 60 * time.Second}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	// A lone call whose first WR fails: nothing reaches the server, so no
 	// reply and no disconnect from its side can stand in for the error
 	// completion.
@@ -375,9 +365,7 @@ func TestRuleWindowCoversOnlyItsSegment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, Config{}, xprttest.Config{}, tc.fabric...)
 			ctx := r.ctx(20 * time.Second)
-			if err := r.null(ctx); err != nil {
-				t.Fatal(err)
-			}
+			r.mustNull(ctx)
 			const n = 8 << 10
 			read := func(action sunrpctest.Action, xid, tag uint32) error {
 				rep, err := r.tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{Tag: tag, Action: action}, 4, n, make([]byte, n)))
@@ -424,9 +412,7 @@ func TestRuleSignalingInterval(t *testing.T) {
 	const depth, calls = 64, 640
 	r := newRig(t, Config{SendQueue: depth, Slots: 16}, xprttest.Config{})
 	ctx := r.ctx(30 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	before := r.tr.Counters()
 	for i := range calls {
 		if err := r.null(ctx); err != nil {
@@ -446,9 +432,7 @@ func TestRuleSignalingInterval(t *testing.T) {
 func TestRuleRetryOfAbandonedXIDOnNewConnection(t *testing.T) {
 	r := newRig(t, Config{}, xprttest.Config{})
 	ctx := r.ctx(20 * time.Second)
-	if err := r.null(ctx); err != nil {
-		t.Fatal(err)
-	}
+	r.mustNull(ctx)
 	xid, tag := r.next()
 	req := func() *sunrpc.Request {
 		return sunrpctest.EchoRequest(xid, sunrpctest.Control{Tag: tag, Action: sunrpctest.Hold}, []byte("again"))

@@ -1,0 +1,152 @@
+// Package nfsrdma is the front door of the NFS-over-RDMA client: Mount
+// mounts "host:/export" over RPC-over-RDMA (RFC 8166, RFC 8267) in one call
+// and returns an nfs3.Target, the export as a path API and an io/fs file
+// system. The packages below it are the NFSv3 client (nfs3), the RDMA
+// transport (xprt) and rdma-core's binding (verbs/ibv); the mount helper
+// (cmd/nfsrdma-mount) puts an export in the local file system through FUSE.
+//
+// RDMA needs cgo on Linux: with cgo the package links rdma-core (its
+// headers, libibverbs-dev and librdmacm-dev, to build; its libraries and a
+// device's provider to run). Built with CGO_ENABLED=0 it mounts over TCP
+// only (Options.TCP), and Mount over RDMA fails with an error wrapping
+// verbs.ErrNoRDMA that says how to build with RDMA.
+package nfsrdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/verbs/ibv"
+	"github.com/nfsrdma/nfsrdma/xprt"
+)
+
+// Port is the port of NFS over RPC-over-RDMA (IANA's "nfsrdma"), which
+// Options.NFSPort 0 means over RDMA, as for the Linux client: RDMA services
+// are not registered with the port mapper.
+const Port = 20049
+
+// defaultMaxIO is an RDMA mount's largest READ or WRITE, and the size of its
+// registered I/O buffers, when neither Rsize nor Wsize says: knfsd's
+// largest (RPCSVC_MAXPAYLOAD).
+const defaultMaxIO = 1 << 20
+
+// Options configures Mount. The zero value (or nil) is usable.
+type Options struct {
+	// MountOptions are nfs3.Mount's: the credential (Cred; nil sends
+	// AUTH_SYS with the process's ids), NConnect, the MOUNT and NFS ports
+	// (NFSPort 0 is Port over RDMA), READ and WRITE sizes (Client.Rsize,
+	// Client.Wsize), the TCP options of MOUNT. Mount sets Dial and Release
+	// (over RDMA); Transport must be nil.
+	nfs3.MountOptions
+	// TCP sends the NFS calls over TCP instead of RDMA (nfs3.MountTCP).
+	TCP bool
+	// RDMA configures each RDMA connection. Addr is set from the host and
+	// NFSPort. A nil Fabric opens rdma-core (verbs/ibv), which the Target
+	// then owns; a Fabric given stays the caller's. MaxIO defaults to the
+	// larger of Client.Rsize and Client.Wsize, or 1 MiB, and caps them.
+	// Logger defaults to Client.Logger.
+	RDMA xprt.Config
+}
+
+// openFabric opens rdma-core; a variable so that tests can put a simulated
+// fabric in its place.
+var openFabric = func() (verbs.Fabric, error) {
+	f, err := ibv.Open()
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Mount mounts spec, "host:/export" as mount(8) writes it ("[v6addr]:/export"
+// for an IPv6 literal), with the NFS calls over RPC-over-RDMA, or over TCP
+// with opts.TCP. host may be a name (net.DefaultResolver; an IPv4 address
+// preferred) or an address. MOUNT goes over TCP to it (through the port
+// mapper unless MountPort says; from a reserved port when the process may
+// bind one, as exports(5)'s default "secure" needs), the NFS calls over
+// NConnect RDMA connections to Port unless NFSPort says.
+//
+// The Target owns everything Mount opened, the connections and the fabric:
+// Close or Unmount releases it all, and reports a verbs resource left on a
+// fabric Mount opened.
+//
+// The RDMA buffers are registered, locked memory: with xprt's defaults over
+// 32 MiB per connection (IOBuffers times MaxIO, and the inline buffers).
+// Where RLIMIT_MEMLOCK (ulimit -l) is below NConnect times that,
+// registering them fails: raise the limit (root has none), or make
+// RDMA.IOBuffers or RDMA.MaxIO smaller.
+func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	host, export, err := nfs3.SplitSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	if o.TCP {
+		return nfs3.Mount(ctx, host, export, &o.MountOptions)
+	}
+	if o.Transport != nil || o.Dial != nil || o.Release != nil {
+		return nil, errors.New("nfsrdma: Mount over RDMA makes the NFS connections itself: leave MountOptions.Transport, Dial and Release nil (or use nfs3.Mount)")
+	}
+	cfg := o.RDMA
+	if cfg.MaxIO <= 0 {
+		cfg.MaxIO = int(max(o.Client.Rsize, o.Client.Wsize))
+		if cfg.MaxIO == 0 {
+			cfg.MaxIO = defaultMaxIO
+		}
+	}
+	// The RDMA buffers hold a READ's or WRITE's data: no larger ones.
+	limit := uint32(cfg.MaxIO)
+	if o.Client.Rsize == 0 || o.Client.Rsize > limit {
+		o.Client.Rsize = limit
+	}
+	if o.Client.Wsize == 0 || o.Client.Wsize > limit {
+		o.Client.Wsize = limit
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = o.Client.Logger
+	}
+	port := o.NFSPort
+	if port == 0 {
+		port = Port
+	}
+	if cfg.Fabric == nil {
+		// The local prerequisite first: without RDMA there is no point in
+		// asking the server for anything.
+		fab, err := openFabric()
+		if err != nil {
+			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
+		}
+		cfg.Fabric = fab
+		o.Release = func() error { return releaseFabric(fab) }
+	}
+	o.Dial = func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
+		c := cfg
+		c.Addr = netip.AddrPortFrom(addr, uint16(port))
+		return xprt.Dial(ctx, c)
+	}
+	return nfs3.Mount(ctx, host, export, &o.MountOptions)
+}
+
+// releaseFabric releases a fabric Mount opened, once the Target's
+// connections are closed: it must then hold no verbs resource (rdma-core's
+// fabric holds nothing else), and one with a Close of its own (the
+// simulated fabric's engine) is closed.
+func releaseFabric(f verbs.Fabric) error {
+	var err error
+	if live := f.Live(); !live.Zero() {
+		err = fmt.Errorf("nfsrdma: verbs resources still live after close: %+v", live)
+	}
+	if c, ok := f.(io.Closer); ok {
+		err = errors.Join(err, c.Close())
+	}
+	return err
+}
