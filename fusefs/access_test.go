@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -286,11 +287,11 @@ func TestAccessHardlinkProtected(t *testing.T) {
 func TestAccessRefusalRevalidated(t *testing.T) {
 	m, rec, dir := accessMount(t, nil)
 	check(t, os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644))
-	var refuse bool
+	var refuse atomic.Bool
+	refuse.Store(true)
 	rec.mu.Lock()
-	refuse = true
 	rec.grant = func(c sentCall) uint32 {
-		if callUID(c) == 1002 && refuse {
+		if callUID(c) == 1002 && refuse.Load() {
 			return 0
 		}
 		return ^uint32(0)
@@ -299,9 +300,7 @@ func TestAccessRefusalRevalidated(t *testing.T) {
 	if _, err := shAs(1002, `cat "$0"`, m.path("f")); err == nil {
 		t.Fatal("uid 1002 read a file the server refuses it")
 	}
-	rec.mu.Lock()
-	refuse = false
-	rec.mu.Unlock()
+	refuse.Store(false)
 	if out, err := shAs(1002, `cat "$0"`, m.path("f")); err != nil {
 		t.Errorf("uid 1002's open after the server lets it in: %v: %s; want it read", err, out)
 	}
