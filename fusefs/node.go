@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -357,7 +358,11 @@ func sameAccess(a, b *nfs3.Attr) bool {
 // a GETATTR.
 func (n *node) getattrByAccess(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
 	r, err := n.askAccess(ctx, true)
-	if err != nil && isStale(err) {
+	var st nfs3.Status
+	if err != nil && (isStale(err) || !errors.As(err, &st)) {
+		// Stale, or no answer at all (a soft mount's timeout, an
+		// interrupted call): a GETATTR after it would only wait as long
+		// again, doubling what a soft mount's timeo×retrans promises.
 		return nfs3.Attr{}, 0, err
 	}
 	if err != nil || r.Attr == nil {
