@@ -94,6 +94,10 @@ type node struct {
 	namesOK bool
 	neg     map[string]struct{} // names found missing
 
+	// unanswered: a LOOKUP in the directory that got no answer (a soft
+	// mount's timeout), for the kernel's own retry (see Lookup).
+	unanswered unansweredLookup
+
 	// The LOOKUP calls in the directory that found their name, in a run
 	// (none more than acdirmin apart); whether the next LOOKUP is to read
 	// the whole listing first, and whether one is being read (see
@@ -501,11 +505,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 			return n.plusLookup(ctx, name, e, out), 0
 		}
 	}
+	if err, ok := n.takeUnanswered(name); ok {
+		return nil, toErrno(err)
+	}
 	var r nfs3.LookupResult
 	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Lookup(ctx, dir, name)
 		return err
 	})
+	n.noteUnanswered(name, err)
 	n.setAttr(r.DirAttr)
 	if priv {
 		n.learnSearch(ctx, err)
@@ -777,4 +785,53 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 // Allocate implements fs.NodeAllocater: NFSv3 cannot preallocate.
 func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
 	return syscall.EOPNOTSUPP
+}
+
+// unansweredLookup is a LOOKUP that got no answer from the server.
+type unansweredLookup struct {
+	name string
+	at   time.Time
+	err  error
+}
+
+// unansweredRetry bounds how soon after a LOOKUP that got no answer the
+// kernel's retry of it is answered with the same error.
+const unansweredRetry = time.Second
+
+// noteUnanswered records a LOOKUP of name that got no answer (err is not
+// a status from the server: a soft mount's timeout), or forgets one.
+//
+// The kernel's FUSE layer revalidates a cached name with a LOOKUP; when
+// that fails with an error other than EINTR or ENOMEM it drops the name
+// and looks it up again at once, so a path walk on a silent server would
+// wait for two timeouts where the kernel's NFS client, which returns the
+// revalidation's error, waits for one (soft mounts: timeo×retrans). That
+// immediate retry (takeUnanswered, once, within unansweredRetry) gets the
+// first one's error without a call: the application sees the kernel
+// client's outcome after the kernel client's wait. A later lookup, or an
+// application's own retry after the first, asks the server again.
+func (n *node) noteUnanswered(name string, err error) {
+	var st nfs3.Status
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil && !errors.As(err, &st) && !errors.Is(err, context.Canceled) {
+		n.unanswered = unansweredLookup{name: name, at: n.fsys.now(), err: err}
+		return
+	}
+	if n.unanswered.name == name {
+		n.unanswered = unansweredLookup{}
+	}
+}
+
+// takeUnanswered returns, once, the error of a LOOKUP of name that got no
+// answer within unansweredRetry (see noteUnanswered).
+func (n *node) takeUnanswered(name string) (error, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	u := n.unanswered
+	if u.err == nil || u.name != name || n.fsys.now().Sub(u.at) >= unansweredRetry {
+		return nil, false
+	}
+	n.unanswered = unansweredLookup{}
+	return u.err, true
 }
