@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -180,85 +179,6 @@ func TestNamespaceOpenFileRemoved(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// nsReplaceSameIno replaces the file at path on the server (remove, then
-// create with data) until the new file has the old one's inode number: the
-// server may hold the removed inode for a moment (its open-file cache).
-func nsReplaceSameIno(t *testing.T, path string, data []byte) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := fi.Sys().(*syscall.Stat_t).Ino
-	var got uint64
-	for try := 0; try < 50; try++ {
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-		if try > 0 {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err := os.WriteFile(path, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got = fi.Sys().(*syscall.Stat_t).Ino; got == old {
-			return
-		}
-	}
-	t.Fatalf("%s: the new file has inode %d, the old one had %d: %s gives freed inode numbers again at once, the scenario needs it", path, got, old, ext4ExportDir)
-}
-
-// TestNamespaceStaleSameIno: a file open on the mount (read, so its pages
-// are cached) is replaced on the server of /export-ext4 (removed and made
-// again under its name) by a file with the same inode number, then
-// written through the old descriptor and closed. On the kernel's mount
-// the old handle is stale for good: the write fails (at close, written
-// back), and the new file is untouched; nfsrdma-mount must give the same.
-func TestNamespaceStaleSameIno(t *testing.T) {
-	mounts := nsMounts(t, ext4ExportDir)
-	top := nsTop(t, ext4ExportDir, "stale")
-	oldData := []byte("the old file, open on the mount\n")
-	newData := []byte("the new file, made on the server with the same inode number\n")
-	outs := make([]string, len(mounts))
-	for i, m := range mounts {
-		var out strings.Builder
-		name := filepath.Join(top, "f-"+m.label)
-		srvPath := filepath.Join(ext4ExportDir, name)
-		if err := os.WriteFile(srvPath, oldData, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.OpenFile(filepath.Join(m.dir, name), os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 200)
-		n, err := f.ReadAt(buf, 0)
-		if !bytes.Equal(buf[:n], oldData) {
-			t.Fatalf("%s: reading the old file: %q, %v", m.label, buf[:n], err)
-		}
-		nsReplaceSameIno(t, srvPath, newData)
-		_, err = f.WriteAt([]byte("XXXX"), 0)
-		fmt.Fprintf(&out, "write: %s\n", en(err))
-		fmt.Fprintf(&out, "close: %s\n", en(f.Close()))
-		got, err := os.ReadFile(srvPath)
-		fmt.Fprintf(&out, "the new file on the server untouched: %v %s\n", bytes.Equal(got, newData), en(err))
-		got, err = os.ReadFile(filepath.Join(m.dir, name))
-		fmt.Fprintf(&out, "the path reads the new file: %v %s\n", bytes.Equal(got, newData), en(err))
-		outs[i] = out.String()
-		t.Logf("%s:\n%s", m.label, outs[i])
-	}
-	if !strings.Contains(outs[0], "untouched: true") {
-		t.Errorf("the kernel's mount changed the new file (the scenario means nothing):\n%s", outs[0])
-	}
-	if outs[0] != outs[1] {
-		t.Errorf("differs:\nkernel:\n%snfsrdma:\n%s", outs[0], outs[1])
 	}
 }
 
