@@ -14,6 +14,9 @@ import (
 func runMake(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	if _, err := exec.LookPath("make"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("no make under CI: the Makefile's install target must be tested there")
+		}
 		t.Skip("no make here: the Makefile's install target is not tested")
 	}
 	cmd := exec.Command("make", append([]string{"-C", "../..", "GO=false", "SETCAP="}, args...)...)
