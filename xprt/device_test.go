@@ -229,17 +229,7 @@ func TestStaleInvalidateSurvived(t *testing.T) {
 		Misbehave: xprttest.Misbehavior{OnCall: 3, StaleInvalidate: true}}, sim.WithDevice(attr))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for xid := uint32(1); xid <= 5; xid++ {
-		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 64<<10, make([]byte, 64<<10)))
-		if err != nil {
-			t.Fatalf("READ %d: %v", xid, err)
-		}
-		err = sunrpctest.CheckRead(rep, xid, xid, 64<<10)
-		rep.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	readsVerified(ctx, t, tr, 5)
 	c := tr.Counters()
 	if st := srv.Stats(); st.StaleInvalidates != 1 {
 		t.Fatalf("server: %+v", st)

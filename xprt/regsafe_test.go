@@ -173,17 +173,7 @@ func TestForeignInvalidationBeforeReply(t *testing.T) {
 		Misbehave: xprttest.Misbehavior{OnCall: 2, UnknownXID: true, ThenReply: true, InvalidateUnknownXID: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for xid := uint32(1); xid <= 3; xid++ {
-		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 64<<10, make([]byte, 64<<10)))
-		if err != nil {
-			t.Fatalf("READ %d: %v", xid, err)
-		}
-		err = sunrpctest.CheckRead(rep, xid, xid, 64<<10)
-		rep.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	readsVerified(ctx, t, tr, 3)
 	if st := srv.Stats(); st.ForeignInvalidates != 1 {
 		t.Fatalf("server: %+v", st)
 	}
@@ -316,5 +306,22 @@ func TestRegisterAheadRefusedRegistersAtUse(t *testing.T) {
 	c := tr.Counters()
 	if c.RegisterAheadRefused != 1 || c.ReadyRegistrations != 0 || c.RegisteredAhead != 0 || c.Registrations < 20 {
 		t.Fatalf("counters: %s", c)
+	}
+}
+
+// readsVerified makes n READs of 64 KiB (xids 1..n) one after another and
+// checks each reply's data.
+func readsVerified(ctx context.Context, t *testing.T, tr *Transport, n uint32) {
+	t.Helper()
+	for xid := uint32(1); xid <= n; xid++ {
+		rep, err := tr.RoundTrip(ctx, sunrpctest.ReadRequest(xid, sunrpctest.Control{}, xid, 64<<10, make([]byte, 64<<10)))
+		if err != nil {
+			t.Fatalf("READ %d: %v", xid, err)
+		}
+		err = sunrpctest.CheckRead(rep, xid, xid, 64<<10)
+		rep.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
