@@ -70,7 +70,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if how.Mode == nfs3.Guarded {
 		// Made just now, where an UNCHECKED CREATE may have opened a
 		// file someone else made: its owner shows whether root is
-		// squashed (private.go).
+		// squashed (rootsquash.go).
 		n.fsys.learnCreated(ctx, r.Attr)
 	}
 	c, err := n.created(ctx, name, &r)
@@ -116,8 +116,8 @@ func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResu
 	if err != nil {
 		return nil, toErrno(err)
 	}
-	// Before the entry's timeout is chosen: the new object's owner shows
-	// whether root is squashed, and so whether n is private (private.go).
+	// The new object's owner shows whether root is squashed
+	// (rootsquash.go).
 	n.fsys.learnCreated(ctx, r.Attr)
 	c, err := n.created(ctx, name, r)
 	if err != nil {

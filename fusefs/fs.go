@@ -121,7 +121,7 @@ type FS struct {
 	// (allow_other; set by NewRawFS). See private.go.
 	shared bool
 	// squash: what the server has shown of its squashing of root
-	// (private.go).
+	// (rootsquash.go).
 	squash rootSquash
 
 	watches watchList // requests in flight, for interrupts (callCtx)

@@ -42,7 +42,7 @@ import (
 // Deferred only where the server has no known reason to refuse: the
 // caller's calls carry its own identity (Options.CallerIdentity), and it
 // is root on a file system where root is known not to be squashed
-// (private.go), or the file's owner by its attributes changing its mode or
+// (rootsquash.go), or the file's owner by its attributes changing its mode or
 // times (what an owner may set; the server decides, access.go). Never with
 // the sync option, nor for a size change (truncate), nor for a process
 // that does not have the file open for writing (an administrator's chmod
