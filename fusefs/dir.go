@@ -44,7 +44,6 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, nil, 0, errno
 	}
-	n.dropPlus(name)
 	pid := callerPid(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
@@ -62,7 +61,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		r, err = n.fsys.c.Create(ctx, dir, name, how)
 		return err
 	})
-	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
+	n.dir.changed(&r.DirWcc, err == nil, nameChange{add: name})
 	n.learnRefused(ctx, err)
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
@@ -77,6 +76,9 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
+	if c.file == nil {
+		return nil, nil, 0, syscall.EIO // the server made no regular file
+	}
 	n.entryOut(c, out)
 	return c.EmbeddedInode(), c.newOpenFile(ctx, flags, pid), directIOFlags(flags), 0
 }
@@ -86,7 +88,6 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
-	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -101,7 +102,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno == 0 && r.FH != nil && r.Attr != nil {
 		// Made just now: empty.
 		if c, ok := in.Operations().(*node); ok {
-			c.startNames()
+			c.dir.startNames()
 			c.madeBy(ctx)
 		}
 	}
@@ -111,7 +112,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // finishCreate ends an exclusive creation (MKDIR, SYMLINK, MKNOD, CREATE
 // GUARDED) of name in n, made with the call context ctx.
 func (n *node) finishCreate(ctx context.Context, name string, r *nfs3.CreateResult, err error, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
+	n.dir.changed(&r.DirWcc, err == nil, nameChange{add: name})
 	n.learnRefused(ctx, err)
 	if err != nil {
 		return nil, toErrno(err)
@@ -133,7 +134,6 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
-	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -173,7 +173,6 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
-	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -192,7 +191,6 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
-	n.dropPlus(name)
 	caller, _ := fuse.FromContext(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
@@ -213,7 +211,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 			return err
 		})
 	})
-	n.dirChanged(&r.DirWcc, err == nil, nameChange{add: name})
+	n.dir.changed(&r.DirWcc, err == nil, nameChange{add: name})
 	if r.Attr != nil {
 		t.setAttr(r.Attr)
 	} else {
@@ -240,7 +238,7 @@ func (n *node) openChild(name string) *node {
 	if !ok {
 		return nil
 	}
-	if !c.waitClosed(releaseWait) {
+	if !c.file.waitClosed(releaseWait) {
 		return c
 	}
 	return nil
@@ -251,35 +249,39 @@ func (n *node) openChild(name string) *node {
 // system, so a file closed right before its unlink still looks open.
 const releaseWait = 100 * time.Millisecond
 
-// waitClosed waits up to d for n to have no open handle; it reports false if
-// n stays open (or is already silly renamed).
-func (n *node) waitClosed(d time.Duration) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.opens == 0 {
+// waitClosed waits up to d for the file to have no open handle; it reports
+// false if it stays open (or is already silly renamed). A nil s (not a
+// regular file) is never open.
+func (s *fileState) waitClosed(d time.Duration) bool {
+	if s == nil {
 		return true
 	}
-	if n.silly != nil {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opens == 0 {
+		return true
+	}
+	if s.silly != nil {
 		return false
 	}
-	if n.closed == nil {
-		n.closed = sync.NewCond(&n.mu)
+	if s.closed == nil {
+		s.closed = sync.NewCond(&s.mu)
 	}
 	// The timer's wake-up ends the wait: a deadline read from the clock
 	// could still lie ahead when the timer fires, and no second wake-up
 	// would come (the open file's holder may be the caller of this wait).
 	expired := false
 	timer := time.AfterFunc(d, func() {
-		n.mu.Lock()
+		s.mu.Lock()
 		expired = true
-		n.closed.Broadcast()
-		n.mu.Unlock()
+		s.closed.Broadcast()
+		s.mu.Unlock()
 	})
 	defer timer.Stop()
-	for n.opens > 0 && !expired {
-		n.closed.Wait()
+	for s.opens > 0 && !expired {
+		s.closed.Wait()
 	}
-	return n.opens == 0
+	return s.opens == 0
 }
 
 // sillyRename renames n's open child c (now at name) to a hidden .nfs name
@@ -292,15 +294,17 @@ func (n *node) sillyRename(ctx context.Context, c *node, name string) error {
 		r, err = n.fsys.c.Rename(ctx, dir, name, dir, silly)
 		return err
 	})
-	n.dirChanged(&r.FromDirWcc, err == nil, nameChange{remove: name}, nameChange{add: silly})
+	n.dir.changed(&r.FromDirWcc, err == nil, nameChange{remove: name}, nameChange{add: silly})
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.silly = &sillyName{dir: n, name: silly}
-	n.fsys.events.add(evSillyRename)
 	c.attrs.invalidate()
 	c.mu.Unlock()
+	c.file.mu.Lock()
+	c.file.silly = &sillyName{parent: n, name: silly}
+	c.file.mu.Unlock()
+	n.fsys.events.add(evSillyRename)
 	n.fsys.log.Debug("silly rename", "name", name, "to", silly)
 	return nil
 }
@@ -311,7 +315,6 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return errno
 	}
-	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -325,7 +328,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 		w, err = n.fsys.c.Remove(ctx, dir, name)
 		return err
 	})
-	n.dirChanged(&w, err == nil, nameChange{remove: name})
+	n.dir.changed(&w, err == nil, nameChange{remove: name})
 	if in := n.GetChild(name); in != nil {
 		if c, ok := in.Operations().(*node); ok {
 			c.invalidateAttr() // nlink and ctime changed
@@ -339,7 +342,6 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return errno
 	}
-	n.dropPlus(name)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
@@ -350,7 +352,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 		w, err = n.fsys.c.Rmdir(ctx, dir, name)
 		return err
 	})
-	n.dirChanged(&w, err == nil, nameChange{remove: name})
+	n.dir.changed(&w, err == nil, nameChange{remove: name})
 	return toErrno(err)
 }
 
@@ -378,8 +380,6 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if !ok {
 		return syscall.EXDEV
 	}
-	n.dropPlus(name)
-	to.dropPlus(newName)
 	if c := to.openChild(newName); c != nil {
 		if moved := n.GetChild(name); moved == nil || moved != c.EmbeddedInode() {
 			if err := to.sillyRename(ctx, c, newName); err != nil {
@@ -397,10 +397,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if to == n {
 		// Both wcc_data are of this directory; the first one's before
 		// is its state before the rename.
-		n.dirChanged(&r.FromDirWcc, err == nil, nameChange{remove: name}, nameChange{add: newName})
+		n.dir.changed(&r.FromDirWcc, err == nil, nameChange{remove: name}, nameChange{add: newName})
 	} else {
-		n.dirChanged(&r.FromDirWcc, err == nil, nameChange{remove: name})
-		to.dirChanged(&r.ToDirWcc, err == nil, nameChange{add: newName})
+		n.dir.changed(&r.FromDirWcc, err == nil, nameChange{remove: name})
+		to.dir.changed(&r.ToDirWcc, err == nil, nameChange{add: newName})
 	}
 	for _, in := range []*fs.Inode{n.GetChild(name), to.GetChild(newName)} {
 		if in == nil {
@@ -436,15 +436,7 @@ func (n *node) revalidateDir(ctx context.Context) syscall.Errno {
 		n.markGone(err)
 		return toErrno(err)
 	}
-	if n.setAttr(&a) {
-		n.mu.Lock()
-		n.plus = nil
-		if !n.listCachedAt.IsZero() {
-			// Older than any use: listCacheFlags drops the kernel's copy.
-			n.listCachedAt = time.Unix(1, 0)
-		}
-		n.mu.Unlock()
-	}
+	n.dir.revalidated(&a)
 	return 0
 }
 
@@ -457,6 +449,9 @@ func (n *node) revalidateDir(ctx context.Context) syscall.Errno {
 // (access.go): the kernel's copy of the listing and this mount's kept
 // replies are otherwise served to anyone.
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.dir == nil {
+		return nil, 0, syscall.ENOTDIR // not reached: the kernel opens directories only so
+	}
 	if errno := n.revalidateDir(ctx); errno != 0 {
 		return nil, 0, errno
 	}
@@ -590,14 +585,14 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	if d.cached {
 		if p, ok := d.keptPage(d.next); ok {
 			if filling {
-				d.n.listCacheFilling(p.at)
+				d.n.dir.listCacheFilling(p.at)
 			}
 			d.page, d.pos, d.eof, d.verf, d.at, d.fromKept = p.entries, 0, p.eof, p.verf, p.at, true
 			return 0
 		}
 	}
 	if filling {
-		d.n.listCacheFilling(d.n.fsys.now())
+		d.n.dir.listCacheFilling(d.n.fsys.now())
 	}
 	var r nfs3.ReaddirplusResult
 	err := d.n.do(ctx, func(dir nfs3.FileHandle) (err error) {
@@ -615,7 +610,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 		d.keepPage(d.next, &r)
 	}
 	d.page, d.pos, d.eof, d.verf, d.at, d.fromKept = r.Entries, 0, r.EOF, r.Verf, d.n.fsys.now(), false
-	d.n.putPlus(r.Entries)
+	d.n.dir.putPlus(r.Entries)
 	return 0
 }
 
@@ -662,7 +657,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if e == nil || e.Name != name || e.FH == nil || e.Attr == nil {
 		return d.n.Lookup(ctx, name, out)
 	}
-	d.n.dropPlus(name)
+	d.n.dir.takePlus(name) // the kernel has it from this listing now
 	if d.fromKept {
 		// A kept page's attributes never replace ones learned since.
 		if c, newer := d.newerAttrs(name, e.FH, d.at); newer {

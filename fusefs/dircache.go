@@ -45,12 +45,13 @@ func (n *node) listCacheFlags(ctx context.Context) uint32 {
 		return 0
 	}
 	now := f.now()
-	n.mu.Lock()
-	old := !n.listCachedAt.IsZero() && now.Sub(n.listCachedAt) >= f.plusFresh()
+	d := n.dir
+	d.mu.Lock()
+	old := !d.listCachedAt.IsZero() && now.Sub(d.listCachedAt) >= f.plusFresh()
 	if old {
-		n.listCachedAt = time.Time{}
+		d.listCachedAt = time.Time{}
 	}
-	n.mu.Unlock()
+	d.mu.Unlock()
 	if old {
 		// The kernel's copy is too old: dropped, so that this open
 		// fills a new one from the server. The directory's attributes
@@ -66,10 +67,10 @@ func (n *node) listCacheFlags(ctx context.Context) uint32 {
 // listCacheFilling records that a handle opened for the kernel's listing
 // cache is reading the directory from its start, from a reply that came
 // at: the kernel fills its copy from what it reads.
-func (n *node) listCacheFilling(at time.Time) {
-	n.mu.Lock()
-	n.listCachedAt = at
-	n.mu.Unlock()
+func (d *dirState) listCacheFilling(at time.Time) {
+	d.mu.Lock()
+	d.listCachedAt = at
+	d.mu.Unlock()
 }
 
 // The mount's own copy of a directory's READDIRPLUS replies (keptListing).
@@ -129,16 +130,17 @@ type keptLists struct {
 }
 
 type keptRef struct {
-	n       *node
+	d       *dirState
 	l       *keptListing
 	entries int
 	first   bool // the page at cookie 0: it began l
 }
 
-// add counts k more entries kept in n's listing l (first: its first page),
-// dropping the oldest listings, and those too old to be read, to make
-// room; it reports whether there is room. No node's mu is held.
-func (kl *keptLists) add(n *node, l *keptListing, k int, first bool, now time.Time, fresh time.Duration) bool {
+// add counts k more entries kept in directory d's listing l (first: its
+// first page), dropping the oldest listings, and those too old to be read,
+// to make room; it reports whether there is room. No node's or
+// directory's mu is held (kl.mu is taken before a dirState's).
+func (kl *keptLists) add(d *dirState, l *keptListing, k int, first bool, now time.Time, fresh time.Duration) bool {
 	if k > maxKeptEntries {
 		return false
 	}
@@ -156,9 +158,9 @@ func (kl *keptLists) add(n *node, l *keptListing, k int, first bool, now time.Ti
 		if old.first {
 			kl.dirs--
 		}
-		old.n.dropKept(old.l)
+		old.d.dropKept(old.l)
 	}
-	kl.q = append(kl.q, keptRef{n: n, l: l, entries: k, first: first})
+	kl.q = append(kl.q, keptRef{d: d, l: l, entries: k, first: first})
 	kl.entries += k
 	if first {
 		kl.dirs++
@@ -166,29 +168,31 @@ func (kl *keptLists) add(n *node, l *keptListing, k int, first bool, now time.Ti
 	return true
 }
 
-// dropKept forgets n's kept listing if it is l (a page of it was dropped).
-func (n *node) dropKept(l *keptListing) {
-	n.mu.Lock()
-	if n.kept == l {
-		n.kept = nil
+// dropKept forgets the kept listing if it is l (a page of it was dropped).
+func (d *dirState) dropKept(l *keptListing) {
+	d.mu.Lock()
+	if d.kept == l {
+		d.kept = nil
 	}
-	n.mu.Unlock()
+	d.mu.Unlock()
 }
 
 // keptPage returns the kept page of d's directory that starts at cookie,
 // for handle d opened for the kernel's copy. A page at cookie 0 makes d a
 // reader of the kept listing; pages after it are d's only if it is.
 func (d *dirHandle) keptPage(cookie nfs3.Cookie) (keptPage, bool) {
-	n := d.n
+	n, ds := d.n, d.n.dir
 	now := n.fsys.now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l := n.kept
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	l := ds.kept
 	if l == nil {
 		return keptPage{}, false
 	}
 	if now.Sub(l.at) >= n.fsys.plusFresh() || dataChanged(&l.dir, &n.attrs.attr) {
-		n.kept = nil
+		ds.kept = nil
 		return keptPage{}, false
 	}
 	if cookie == 0 {
@@ -204,7 +208,7 @@ func (d *dirHandle) keptPage(cookie nfs3.Cookie) (keptPage, bool) {
 // at cookie 0 it begins the directory's kept listing, after that it adds
 // to the listing d began or reads.
 func (d *dirHandle) keepPage(cookie nfs3.Cookie, r *nfs3.ReaddirplusResult) {
-	n, f := d.n, d.n.fsys
+	ds, f := d.n.dir, d.n.fsys
 	now := f.now()
 	var l *keptListing
 	if cookie == 0 {
@@ -213,23 +217,23 @@ func (d *dirHandle) keepPage(cookie nfs3.Cookie, r *nfs3.ReaddirplusResult) {
 		}
 		l = &keptListing{at: now, dir: *r.DirAttr, pages: make(map[nfs3.Cookie]keptPage)}
 	} else {
-		n.mu.Lock()
+		ds.mu.Lock()
 		l = d.kept
-		if l == nil || n.kept != l {
-			n.mu.Unlock()
+		if l == nil || ds.kept != l {
+			ds.mu.Unlock()
 			return
 		}
-		n.mu.Unlock()
+		ds.mu.Unlock()
 	}
 	k := max(len(r.Entries), 1)
-	if !f.kept.add(n, l, k, cookie == 0, now, f.plusFresh()) {
+	if !f.kept.add(ds, l, k, cookie == 0, now, f.plusFresh()) {
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
 	if cookie == 0 {
-		n.kept, d.kept = l, l
-	} else if n.kept != l {
+		ds.kept, d.kept = l, l
+	} else if ds.kept != l {
 		return
 	}
 	l.pages[cookie] = keptPage{entries: r.Entries, eof: r.EOF, verf: r.Verf, at: now}

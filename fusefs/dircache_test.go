@@ -282,9 +282,9 @@ func TestKeptListsBound(t *testing.T) {
 	var kl keptLists
 	now := time.Now()
 	const fresh = time.Minute
-	nodes := make([]*node, maxKeptDirs+1)
+	nodes := make([]*dirState, maxKeptDirs+1)
 	for i := range nodes {
-		nodes[i] = &node{}
+		nodes[i] = &dirState{}
 		l := &keptListing{at: now}
 		nodes[i].kept = l
 		if !kl.add(nodes[i], l, 10, true, now, fresh) {
@@ -297,11 +297,11 @@ func TestKeptListsBound(t *testing.T) {
 	if kl.dirs != maxKeptDirs || kl.entries != 10*maxKeptDirs {
 		t.Errorf("%d listings and %d entries counted, want %d and %d", kl.dirs, kl.entries, maxKeptDirs, 10*maxKeptDirs)
 	}
-	if kl.add(&node{}, &keptListing{at: now}, maxKeptEntries+1, true, now, fresh) {
+	if kl.add(&dirState{}, &keptListing{at: now}, maxKeptEntries+1, true, now, fresh) {
 		t.Errorf("a listing larger than maxKeptEntries was kept")
 	}
 	late := now.Add(fresh)
-	x := &node{}
+	x := &dirState{}
 	x.kept = &keptListing{at: late}
 	kl.add(x, x.kept, 1, true, late, fresh)
 	for i, n := range nodes {

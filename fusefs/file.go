@@ -59,16 +59,17 @@ func (n *node) newOpenFile(ctx context.Context, flags uint32, pid uint32) *openF
 		// Not for direct I/O: never served from a cache (see Read).
 		f.ra = newReadAhead(f, int(n.fsys.rsize), n.fsys.readAhead)
 	}
-	n.mu.Lock()
-	n.opens++
+	st := n.file
+	st.mu.Lock()
+	st.opens++
 	if f.writer {
-		if n.writers == nil {
-			n.writers = make(map[uint32]int)
+		if st.writers == nil {
+			st.writers = make(map[uint32]int)
 		}
-		n.writers[f.pid]++
-		delete(n.closedBy, f.pid)
+		st.writers[f.pid]++
+		delete(st.closedBy, f.pid)
 	}
-	n.mu.Unlock()
+	st.mu.Unlock()
 	return f
 }
 
@@ -146,13 +147,13 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		}
 		n.mu.Unlock()
 		if fresh {
-			if typ != nfs3.TypeReg {
+			if typ != nfs3.TypeReg || n.file == nil {
 				return nil, 0, syscall.EINVAL
 			}
 			var fuseFlags uint32 = fuse.FOPEN_KEEP_CACHE
 			if stale {
 				fuseFlags = 0
-				n.dataGen.Add(1)
+				n.file.changedData()
 				n.fsys.events.add(evDataInvalidate)
 			}
 			return n.newOpenFile(ctx, flags, pid), fuseFlags, 0
@@ -183,10 +184,7 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno := n.recheckOpenAccess(ctx, flags, accessAttr != nil); errno != 0 {
 		return nil, 0, errno
 	}
-	n.mu.Lock()
-	mine := n.opens > 0 || n.silly != nil
-	n.mu.Unlock()
-	if a.Nlink == 0 && !mine {
+	if a.Nlink == 0 && !n.file.inUse() {
 		// No name has the object any more (another client renamed a
 		// file over it, or removed it), though the server still knows
 		// the handle (its open-file cache holds it). A path walk
@@ -205,14 +203,14 @@ func (n *node) open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.staleData = false
 	n.mu.Unlock()
-	if a.Type != nfs3.TypeReg {
+	if a.Type != nfs3.TypeReg || n.file == nil {
 		return nil, 0, syscall.EINVAL
 	}
 	var fuseFlags uint32
 	if had && !changed {
 		fuseFlags = fuse.FOPEN_KEEP_CACHE
 	} else if changed {
-		n.dataGen.Add(1)
+		n.file.changedData()
 		n.fsys.events.add(evDataInvalidate)
 		// The page cache goes (no KEEP_CACHE); the kernel's size and times
 		// must go too, or it would read up to the old size only.
@@ -245,7 +243,7 @@ func (f *openFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadR
 	ctx, done := f.callCtx(ctx)
 	defer done()
 	// The reader sees its own writes: those written behind land first.
-	f.n.drainWriteBehind()
+	f.n.file.drainWriteBehind()
 	var n int
 	var res fuse.ReadResult
 	var err error
@@ -284,10 +282,10 @@ func (f *openFile) Write(fctx context.Context, data []byte, off int64) (uint32, 
 	}
 	ctx, done := f.callCtx(fctx)
 	defer done()
-	n := f.n
+	n, s := f.n, f.n.file
 	// A SETATTR deferred before this write lands first: an explicit
 	// mtime must not be undone by the write, nor set over it.
-	if err := n.flushDeferred(); err != nil {
+	if err := s.flushDeferred(); err != nil {
 		return 0, toErrno(err)
 	}
 	if n.fsys.opts.ReadOnly {
@@ -306,35 +304,35 @@ func (f *openFile) Write(fctx context.Context, data []byte, off int64) (uint32, 
 	}
 	var err error
 	if how == nfs3.Unstable && !direct && n.fsys.writeBehind > 0 {
-		err = n.gather(f.wctx, data, off)
+		err = s.gather(f.wctx, data, off)
 	} else {
 		// After the buffered writes before it, never overtaken by them.
-		n.drainWriteBehind()
-		err = n.writeRange(ctx, data, off, how, lent)
-		n.dataGen.Add(1)
+		s.drainWriteBehind()
+		err = s.writeRange(ctx, data, off, how, lent)
+		s.dataGen.Add(1)
 		if err == nil && direct && how == nfs3.Unstable {
-			err = n.commitPending(ctx)
+			err = s.commitPending(ctx)
 		}
 	}
 	if err != nil {
 		return 0, toErrno(err)
 	}
-	n.mu.Lock()
-	dirty := n.ndirty
-	n.mu.Unlock()
+	s.mu.Lock()
+	dirty := s.ndirty
+	s.mu.Unlock()
 	switch {
 	case dirty > 2*n.fsys.maxDirty:
 		// The COMMITs do not keep up with the writer: it waits for one.
-		if err := n.commitPending(ctx); err != nil {
+		if err := s.commitPending(ctx); err != nil {
 			return 0, toErrno(err)
 		}
-	case dirty > n.fsys.maxDirty && n.commit.TryLock():
+	case dirty > n.fsys.maxDirty && s.commit.TryLock():
 		// COMMIT in the background while the writer goes on. A failure
 		// leaves the writes queued for the next COMMIT (by flush, fsync,
 		// close), which reports it.
 		go func() {
-			defer n.commit.Unlock()
-			if err := n.commitPendingLocked(f.wctx); err != nil {
+			defer s.commit.Unlock()
+			if err := s.commitPendingLocked(f.wctx); err != nil {
 				n.fsys.log.Debug("background COMMIT failed; the writes stay queued", "err", err)
 			}
 		}()
@@ -359,115 +357,119 @@ func (f *FS) directRequest(ctx context.Context) bool {
 // it is sent anyway.
 const pendDelay = time.Second
 
-// gather adds a buffered write to the node's gathered writes: contiguous
+// gather adds a buffered write to the file's gathered writes: contiguous
 // writes are sent as one WRITE of up to wsize (as the kernel client's page
 // cache gathers an application's small write calls), when it is full, when
 // a write does not follow it, before anything that needs the server to
 // have it (read, SETATTR, COMMIT, close) and at the latest after pendDelay.
 // It returns the error of an earlier write behind.
-func (n *node) gather(ctx context.Context, data []byte, off int64) error {
+func (s *fileState) gather(ctx context.Context, data []byte, off int64) error {
+	n := s.n
 	wsize := int(n.fsys.wsize)
 	end := off + int64(len(data))
-	n.mu.Lock()
-	if n.wbErr != nil {
-		err := n.wbErr
-		n.wbErr = nil
-		n.mu.Unlock()
+	s.mu.Lock()
+	if s.wbErr != nil {
+		err := s.wbErr
+		s.wbErr = nil
+		s.mu.Unlock()
 		return err
 	}
 	// Another opener's writes are not gathered with these: each WRITE
 	// carries its writer's credential (as the kernel client coalesces
 	// only the pages of one open context).
-	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize && sameCred(n.pendCtx, ctx) {
-		n.pend = n.fsys.wbufs.appendPend(n.pend, data)
-		n.wrEnd = max(n.wrEnd, end)
-		if len(n.pend) < wsize {
-			n.mu.Unlock()
+	if s.pend != nil && off == s.pendOff+int64(len(s.pend)) && len(s.pend)+len(data) <= wsize && sameCred(s.pendCtx, ctx) {
+		s.pend = n.fsys.wbufs.appendPend(s.pend, data)
+		s.wrEnd = max(s.wrEnd, end)
+		if len(s.pend) < wsize {
+			s.mu.Unlock()
 			return nil
 		}
-		buf, boff, bctx := n.takePendLocked()
-		n.mu.Unlock()
-		n.sendPend(bctx, buf, boff)
+		buf, boff, bctx := s.takePendLocked()
+		s.mu.Unlock()
+		s.sendPend(bctx, buf, boff)
 		return nil
 	}
-	buf, boff, bctx := n.takePendLocked()
-	n.mu.Unlock()
+	buf, boff, bctx := s.takePendLocked()
+	s.mu.Unlock()
 	if buf != nil {
-		n.sendPend(bctx, buf, boff)
+		s.sendPend(bctx, buf, boff)
 	}
 	if len(data) >= wsize {
 		// One write behind per WRITE, each in a pooled buffer.
 		for i := 0; i < len(data); i += wsize {
 			piece := data[i:min(len(data), i+wsize)]
-			if err := n.writeBehind(ctx, n.fsys.wbufs.clone(piece), off+int64(i), false); err != nil {
+			if err := s.writeBehind(ctx, n.fsys.wbufs.clone(piece), off+int64(i), false); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	n.mu.Lock()
-	if n.pend != nil {
+	s.mu.Lock()
+	if s.pend != nil {
 		// Another write started gathering meanwhile: this one goes alone.
-		n.mu.Unlock()
-		return n.writeBehind(ctx, n.fsys.wbufs.clone(data), off, false)
+		s.mu.Unlock()
+		return s.writeBehind(ctx, n.fsys.wbufs.clone(data), off, false)
 	}
-	n.pend = n.fsys.wbufs.appendPend(nil, data)
-	n.pendOff, n.pendCtx = off, ctx
+	s.pend = n.fsys.wbufs.appendPend(nil, data)
+	s.pendOff, s.pendCtx = off, ctx
 	// Counted as a WRITE in flight: the size shown covers it.
-	n.wrInflight++
-	n.wrEnd = max(n.wrEnd, end)
-	n.pendGen++
-	gen := n.pendGen
-	n.mu.Unlock()
-	time.AfterFunc(pendDelay, func() { n.flushPend(gen) })
+	s.wrInflight++
+	s.wrEnd = max(s.wrEnd, end)
+	s.pendGen++
+	gen := s.pendGen
+	s.mu.Unlock()
+	time.AfterFunc(pendDelay, func() { s.flushPend(gen) })
 	return nil
 }
 
-// takePendLocked takes the gathered writes; n.mu is held. The caller sends
+// takePendLocked takes the gathered writes; s.mu is held. The caller sends
 // them (sendPend, or writeRange and endWrite).
-func (n *node) takePendLocked() ([]byte, int64, context.Context) {
-	buf, off, ctx := n.pend, n.pendOff, n.pendCtx
-	n.pend, n.pendCtx = nil, nil
+func (s *fileState) takePendLocked() ([]byte, int64, context.Context) {
+	buf, off, ctx := s.pend, s.pendOff, s.pendCtx
+	s.pend, s.pendCtx = nil, nil
 	return buf, off, ctx
 }
 
 // sendPend writes gathered writes behind, ending their count as a WRITE in
 // flight once that one has begun.
-func (n *node) sendPend(ctx context.Context, buf []byte, off int64) {
-	n.writeBehind(ctx, buf, off, true)
-	n.endWrite()
+func (s *fileState) sendPend(ctx context.Context, buf []byte, off int64) {
+	s.writeBehind(ctx, buf, off, true)
+	s.endWrite()
 }
 
 // flushPend sends the gathered writes, if any (gen: only those of that
 // gathering; 0: whichever), as a write behind (whose failure the next
 // write, flush or fsync reports).
-func (n *node) flushPend(gen uint64) {
-	n.mu.Lock()
-	if n.pend == nil || gen != 0 && gen != n.pendGen {
-		n.mu.Unlock()
+func (s *fileState) flushPend(gen uint64) {
+	s.mu.Lock()
+	if s.pend == nil || gen != 0 && gen != s.pendGen {
+		s.mu.Unlock()
 		return
 	}
-	buf, off, ctx := n.takePendLocked()
-	n.mu.Unlock()
-	n.sendPend(ctx, buf, off)
+	buf, off, ctx := s.takePendLocked()
+	s.mu.Unlock()
+	s.sendPend(ctx, buf, off)
 }
 
 // syncPend sends the gathered writes with one FILE_SYNC WRITE when they are
 // all the file's unsaved data (no write behind in flight, nothing waiting
 // for a COMMIT): the COMMIT that close or fsync would send is saved, as the
 // Linux client does. It reports whether it did.
-func (n *node) syncPend(ctx context.Context) (bool, error) {
-	n.mu.Lock()
-	if n.pend == nil || n.wbCalls > 0 || len(n.dirty) > 0 || n.wbErr != nil {
-		n.mu.Unlock()
+func (s *fileState) syncPend(ctx context.Context) (bool, error) {
+	if s == nil {
 		return false, nil
 	}
-	buf, off, pctx := n.takePendLocked()
-	n.mu.Unlock()
+	s.mu.Lock()
+	if s.pend == nil || s.wbCalls > 0 || len(s.dirty) > 0 || s.wbErr != nil {
+		s.mu.Unlock()
+		return false, nil
+	}
+	buf, off, pctx := s.takePendLocked()
+	s.mu.Unlock()
 	// With the credential of the opener that wrote them, whoever closes.
-	err := n.writeRange(withCred(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
-	n.endWrite()
-	n.dataGen.Add(1)
+	err := s.writeRange(withCred(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
+	s.endWrite()
+	s.dataGen.Add(1)
 	return true, err
 }
 
@@ -477,79 +479,83 @@ func (n *node) syncPend(ctx context.Context) (bool, error) {
 //
 // Gathered writes (already answered to the kernel) are sent whatever an
 // earlier write behind did, and leave its error to be reported.
-func (n *node) writeBehind(ctx context.Context, data []byte, off int64, gathered bool) error {
-	n.mu.Lock()
-	if n.wbDone == nil {
-		n.wbDone = sync.NewCond(&n.mu)
+func (s *fileState) writeBehind(ctx context.Context, data []byte, off int64, gathered bool) error {
+	n := s.n
+	s.mu.Lock()
+	if s.wbDone == nil {
+		s.wbDone = sync.NewCond(&s.mu)
 	}
-	for n.wbBytes > 0 && n.wbBytes+len(data) > n.fsys.writeBehind && n.wbErr == nil {
-		n.wbDone.Wait()
+	for s.wbBytes > 0 && s.wbBytes+len(data) > n.fsys.writeBehind && s.wbErr == nil {
+		s.wbDone.Wait()
 	}
-	if err := n.wbErr; err != nil && !gathered {
-		n.wbErr = nil
-		n.mu.Unlock()
+	if err := s.wbErr; err != nil && !gathered {
+		s.wbErr = nil
+		s.mu.Unlock()
 		return err
 	}
-	n.wbBytes += len(data)
-	n.wbCalls++
-	n.mu.Unlock()
-	n.beginWrite(off, len(data)) // the kernel's size is past it from now on
+	s.wbBytes += len(data)
+	s.wbCalls++
+	s.mu.Unlock()
+	s.beginWrite(off, len(data)) // the kernel's size is past it from now on
 	buf := data
 	go func() {
-		err := n.writeRange(ctx, buf, off, nfs3.Unstable, ownedWhole)
-		n.endWrite()
-		n.dataGen.Add(1)
-		n.mu.Lock()
-		n.wbBytes -= len(buf)
-		n.wbCalls--
-		if err != nil && n.wbErr == nil {
-			n.wbErr = err
+		err := s.writeRange(ctx, buf, off, nfs3.Unstable, ownedWhole)
+		s.endWrite()
+		s.dataGen.Add(1)
+		s.mu.Lock()
+		s.wbBytes -= len(buf)
+		s.wbCalls--
+		if err != nil && s.wbErr == nil {
+			s.wbErr = err
 		}
-		n.wbDone.Broadcast()
-		n.mu.Unlock()
+		s.wbDone.Broadcast()
+		s.mu.Unlock()
 	}()
 	return nil
 }
 
 // drainWriteBehind sends the gathered writes and waits until every write
-// behind of n has its reply; it returns the error of one that failed,
-// leaving it to be reported.
-func (n *node) drainWriteBehind() error {
-	n.flushPend(0)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for n.wbCalls > 0 {
-		n.wbDone.Wait()
+// behind of the file has its reply; it returns the error of one that
+// failed, leaving it to be reported. A nil s (not a regular file) has none.
+func (s *fileState) drainWriteBehind() error {
+	if s == nil {
+		return nil
 	}
-	return n.wbErr
+	s.flushPend(0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.wbCalls > 0 {
+		s.wbDone.Wait()
+	}
+	return s.wbErr
 }
 
 // takeWriteBehindErr drains the writes behind and returns (and clears) the
 // error of one that failed.
-func (n *node) takeWriteBehindErr() error {
-	n.drainWriteBehind()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	err := n.wbErr
-	n.wbErr = nil
+func (s *fileState) takeWriteBehindErr() error {
+	s.drainWriteBehind()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.wbErr
+	s.wbErr = nil
 	return err
 }
 
 // beginWrite and endWrite bracket WRITEs of [off, off+size): see
-// node.wrEnd.
-func (n *node) beginWrite(off int64, size int) {
-	n.mu.Lock()
-	n.wrInflight++
-	n.wrEnd = max(n.wrEnd, off+int64(size))
-	n.mu.Unlock()
+// fileState.wrEnd.
+func (s *fileState) beginWrite(off int64, size int) {
+	s.mu.Lock()
+	s.wrInflight++
+	s.wrEnd = max(s.wrEnd, off+int64(size))
+	s.mu.Unlock()
 }
 
-func (n *node) endWrite() {
-	n.mu.Lock()
-	if n.wrInflight--; n.wrInflight == 0 {
-		n.wrEnd = 0
+func (s *fileState) endWrite() {
+	s.mu.Lock()
+	if s.wrInflight--; s.wrInflight == 0 {
+		s.wrEnd = 0
 	}
-	n.mu.Unlock()
+	s.mu.Unlock()
 }
 
 // ownership says whose writeRange's data is.
@@ -563,9 +569,10 @@ const (
 
 // writeRange WRITEs data at off in WRITEs of at most wsize, until the server
 // took all of it, keeping what it took UNSTABLE for a COMMIT (see ownership).
-func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.StableHow, own ownership) error {
-	n.beginWrite(off, len(data))
-	defer n.endWrite()
+func (s *fileState) writeRange(ctx context.Context, data []byte, off int64, how nfs3.StableHow, own ownership) error {
+	n := s.n
+	s.beginWrite(off, len(data))
+	defer s.endWrite()
 	kept := false
 	if own == ownedWhole {
 		defer func() {
@@ -598,10 +605,10 @@ func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.
 				whole = true // all of data, in one entry: given back after its COMMIT
 			}
 			kept = kept || own != lent
-			n.mu.Lock()
-			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: credOf(ctx)})
-			n.ndirty += int(r.Count)
-			n.mu.Unlock()
+			s.mu.Lock()
+			s.dirty = append(s.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: credOf(ctx)})
+			s.ndirty += int(r.Count)
+			s.mu.Unlock()
 		}
 		done += int(r.Count)
 	}
@@ -615,31 +622,35 @@ const maxCommitTries = 3
 // commitDirty COMMITs the file (RFC 1813 §3.3.21) if it has UNSTABLE writes,
 // and resends FILE_SYNC each write whose verifier differs from the COMMIT's:
 // the server restarted and may have lost it.
-func (n *node) commitDirty(ctx context.Context) error {
-	if synced, err := n.syncPend(ctx); synced && err != nil {
+func (s *fileState) commitDirty(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	if synced, err := s.syncPend(ctx); synced && err != nil {
 		return err
 	}
-	werr := n.takeWriteBehindErr()
-	if err := n.commitPending(ctx); err != nil {
+	werr := s.takeWriteBehindErr()
+	if err := s.commitPending(ctx); err != nil {
 		return err
 	}
 	return werr
 }
 
 // commitPending is commitDirty once the writes behind have landed.
-func (n *node) commitPending(ctx context.Context) error {
-	n.commit.Lock()
-	defer n.commit.Unlock()
-	return n.commitPendingLocked(ctx)
+func (s *fileState) commitPending(ctx context.Context) error {
+	s.commit.Lock()
+	defer s.commit.Unlock()
+	return s.commitPendingLocked(ctx)
 }
 
-// commitPendingLocked is commitPending with n.commit held.
-func (n *node) commitPendingLocked(ctx context.Context) error {
+// commitPendingLocked is commitPending with s.commit held.
+func (s *fileState) commitPendingLocked(ctx context.Context) error {
+	n := s.n
 	for try := 1; ; try++ {
-		n.mu.Lock()
-		pending := n.dirty
-		n.dirty, n.ndirty = nil, 0
-		n.mu.Unlock()
+		s.mu.Lock()
+		pending := s.dirty
+		s.dirty, s.ndirty = nil, 0
+		s.mu.Unlock()
 		if len(pending) == 0 {
 			return nil
 		}
@@ -654,7 +665,7 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 		})
 		n.setWcc(&r.Wcc)
 		if err != nil {
-			n.requeue(pending)
+			s.requeue(pending)
 			return err
 		}
 		lost := pending[:0]
@@ -670,7 +681,7 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 			return nil
 		}
 		if try == maxCommitTries {
-			n.requeue(lost)
+			s.requeue(lost)
 			return &nfs3.VerifierChangedError{Tries: try}
 		}
 		n.fsys.log.Warn("write verifier changed; resending uncommitted writes with FILE_SYNC", "writes", len(lost))
@@ -681,26 +692,26 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 			if d.whole {
 				own = ownedWhole
 			}
-			if err := n.writeRange(d.cred.on(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
-				n.requeue(lost[i+1:])
+			if err := s.writeRange(d.cred.on(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
+				s.requeue(lost[i+1:])
 				return err
 			}
 		}
-		n.dataGen.Add(1)
+		s.dataGen.Add(1)
 	}
 }
 
 // requeue puts writes back in front of the dirty list.
-func (n *node) requeue(ws []dirtyWrite) {
+func (s *fileState) requeue(ws []dirtyWrite) {
 	if len(ws) == 0 {
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, d := range ws {
-		n.ndirty += len(d.data)
+		s.ndirty += len(d.data)
 	}
-	n.dirty = append(slices.Clone(ws), n.dirty...)
+	s.dirty = append(slices.Clone(ws), s.dirty...)
 }
 
 // Flush implements fs.FileFlusher: close(2) commits the file's writes
@@ -714,22 +725,23 @@ func (f *openFile) Flush(ctx context.Context) syscall.Errno {
 		// Its RELEASE may come after its next request: until they
 		// open the file again, the opener's and the closer's SETATTRs
 		// are sent at once (setattr.go).
-		f.n.mu.Lock()
-		if f.n.closedBy == nil {
-			f.n.closedBy = make(map[uint32]struct{})
+		s := f.n.file
+		s.mu.Lock()
+		if s.closedBy == nil {
+			s.closedBy = make(map[uint32]struct{})
 		}
-		f.n.closedBy[f.pid] = struct{}{}
+		s.closedBy[f.pid] = struct{}{}
 		if pid := callerPid(ctx); pid != 0 {
-			f.n.closedBy[pid] = struct{}{}
+			s.closedBy[pid] = struct{}{}
 		}
-		f.n.mu.Unlock()
+		s.mu.Unlock()
 	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
-	if err := f.n.flushDeferred(); err != nil {
+	if err := f.n.file.flushDeferred(); err != nil {
 		return toErrno(err)
 	}
-	return toErrno(f.n.commitDirty(ctx))
+	return toErrno(f.n.file.commitDirty(ctx))
 }
 
 // Fsync implements fs.FileFsyncer.
@@ -739,10 +751,10 @@ func (f *openFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	}
 	ctx, done := f.callCtx(ctx)
 	defer done()
-	if err := f.n.flushDeferred(); err != nil {
+	if err := f.n.file.flushDeferred(); err != nil {
 		return toErrno(err)
 	}
-	return toErrno(f.n.commitDirty(ctx))
+	return toErrno(f.n.file.commitDirty(ctx))
 }
 
 // Release implements fs.FileReleaser: the last close of a file commits what
@@ -753,45 +765,45 @@ func (f *openFile) Release(ctx context.Context) syscall.Errno {
 		f.ra.close()
 	}
 	ctx = f.wctx
-	n := f.n
-	n.mu.Lock()
-	n.opens--
+	n, s := f.n, f.n.file
+	s.mu.Lock()
+	s.opens--
 	if f.writer {
-		if n.writers[f.pid]--; n.writers[f.pid] <= 0 {
-			delete(n.writers, f.pid)
-			delete(n.closedBy, f.pid)
+		if s.writers[f.pid]--; s.writers[f.pid] <= 0 {
+			delete(s.writers, f.pid)
+			delete(s.closedBy, f.pid)
 		}
 	}
-	last := n.opens == 0
-	silly := n.silly
+	last := s.opens == 0
+	silly := s.silly
 	if last {
-		n.silly = nil
-		if n.closed != nil {
-			n.closed.Broadcast()
+		s.silly = nil
+		if s.closed != nil {
+			s.closed.Broadcast()
 		}
 	}
-	n.mu.Unlock()
+	s.mu.Unlock()
 	n.fsys.lockers.forget(f)
 	f.releaseLocks(last)
 	if f.writer {
 		// A deferred SETATTR counts on its writer's open (setattr.go);
 		// nobody is left to tell of a refusal, which flushDeferred
 		// logs.
-		_ = n.flushDeferred()
+		_ = s.flushDeferred()
 	}
 	if !last {
 		return 0
 	}
-	if err := n.commitDirty(ctx); err != nil {
+	if err := s.commitDirty(ctx); err != nil {
 		n.fsys.log.Warn("commit at last close failed", "err", err)
 	}
 	if silly != nil {
 		var w nfs3.WccData
-		err := silly.dir.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		err := silly.parent.do(ctx, func(dir nfs3.FileHandle) (err error) {
 			w, err = n.fsys.c.Remove(ctx, dir, silly.name)
 			return err
 		})
-		silly.dir.dirChanged(&w, err == nil, nameChange{remove: silly.name})
+		silly.parent.dir.changed(&w, err == nil, nameChange{remove: silly.name})
 		n.invalidateAttr()
 		if err != nil && !errors.Is(err, nfs3.ErrNoEnt) {
 			n.fsys.log.Warn("removing silly-renamed file", "name", silly.name, "err", err)

@@ -195,7 +195,7 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 		o.Locker.OnLost(f.lockLost)
 	}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
-	f.root = &node{fsys: f, fh: root}
+	f.root = newNode(f, root, a.Type)
 	f.root.attrs.update(a, f.now(), o.AcDirMin, o.AcDirMax)
 	return f, nil
 }

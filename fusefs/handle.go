@@ -61,13 +61,13 @@ func (n *node) refresh(ctx context.Context, old nfs3.FileHandle) (nfs3.FileHandl
 		n.mu.Unlock()
 		return fh, true
 	}
-	if n.silly == nil {
-		n.mu.Unlock()
-		return nil, false
-	}
-	dir, name := n.silly.dir, n.silly.name
 	want := n.attrs.attr
 	n.mu.Unlock()
+	silly, ok := n.file.sillyNamed()
+	if !ok {
+		return nil, false
+	}
+	dir, name := silly.parent, silly.name
 	var r nfs3.LookupResult
 	err := dir.do(ctx, func(dfh nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Lookup(ctx, dfh, name)

@@ -14,7 +14,7 @@ import (
 // READDIRPLUS page per 4 KiB of its size: the rent-or-buy rule, so a
 // listing never costs more than twice what it saves), the next LOOKUP
 // reads the listing instead, and its entries' handles and attributes answer
-// the found names for plusFresh, exactly as after ls (node.plus).
+// the found names for plusFresh, exactly as after ls (dirState.plus).
 //
 // A listing never answers a name as missing. The Linux client asks the
 // server for every name it has not looked up before (only the LOOKUP of a
@@ -37,10 +37,11 @@ const maxListSize = 256 << 10
 // page, for the cost of a listing.
 const listBytesPerPage = 4096
 
-// listingCostLocked returns the READDIRPLUS pages that reading all of n is
-// taken to cost, and whether n may be read for its LOOKUPs at all; n.mu is
-// held.
-func (n *node) listingCostLocked() (int, bool) {
+// listingCost returns the READDIRPLUS pages that reading all of n is
+// taken to cost, and whether n may be read for its LOOKUPs at all.
+func (n *node) listingCost() (int, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if !n.attrs.valid || n.attrs.attr.Type != nfs3.TypeDir || n.attrs.attr.Size > maxListSize {
 		return 0, false
 	}
@@ -52,54 +53,56 @@ func (n *node) listingUsable() bool {
 	return n.fsys.plusFresh() > 0 && n.fsys.opts.LookupCache != LookupCacheNone && !n.private()
 }
 
-// foundByLookup counts a LOOKUP call in n that found its name; once they
-// have cost what n's listing would, the next LOOKUP reads it (listNext).
-func (n *node) foundByLookup() {
+// foundByLookup counts a LOOKUP call in the directory that found its
+// name; once they have cost what its listing would, the next LOOKUP reads
+// it (listNext).
+func (d *dirState) foundByLookup() {
+	n := d.n
 	if !n.listingUsable() {
 		return
 	}
 	now := n.fsys.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if now.Sub(n.lookupsAt) > n.fsys.opts.AcDirMin {
-		n.lookups = 0 // LOOKUPs that far apart are not a run of them
+	cost, ok := n.listingCost()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if now.Sub(d.lookupsAt) > n.fsys.opts.AcDirMin {
+		d.lookups = 0 // LOOKUPs that far apart are not a run of them
 	}
-	n.lookupsAt = now
-	n.lookups++
-	if cost, ok := n.listingCostLocked(); ok && n.lookups >= cost && !n.listing {
-		n.listNext = true
+	d.lookupsAt = now
+	d.lookups++
+	if ok && d.lookups >= cost && !d.listing {
+		d.listNext = true
 	}
 }
 
-// listForLookup reports whether the caller, about to send a LOOKUP in n,
-// should read n's whole listing (listAll) first.
-func (n *node) listForLookup() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.listNext || n.listing {
+// listForLookup reports whether the caller, about to send a LOOKUP in the
+// directory, should read its whole listing (listAll) first.
+func (d *dirState) listForLookup() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.listNext || d.listing {
 		return false
 	}
-	n.listNext, n.listing, n.lookups = false, true, 0
+	d.listNext, d.listing, d.lookups = false, true, 0
 	return true
 }
 
-// listAll reads directory n's whole listing with READDIRPLUS, for the
+// listAll reads the directory's whole listing with READDIRPLUS, for the
 // LOOKUPs that follow (putPlus). An error ends it with the pages read so
 // far kept, and the next try waits for five times as many LOOKUPs.
-func (n *node) listAll(ctx context.Context) {
-	n.mu.Lock()
-	cost, _ := n.listingCostLocked()
-	n.mu.Unlock()
+func (d *dirState) listAll(ctx context.Context) {
+	n := d.n
+	cost, _ := n.listingCost()
 	failed := false
 	defer func() {
-		n.mu.Lock()
-		n.listing = false
+		d.mu.Lock()
+		d.listing = false
 		if failed {
 			// Refused (a directory its caller may search but not
 			// read) or broken: the LOOKUPs go on.
-			n.lookups = -4 * cost
+			d.lookups = -4 * cost
 		}
-		n.mu.Unlock()
+		d.mu.Unlock()
 	}()
 	var (
 		cookie nfs3.Cookie
@@ -123,7 +126,7 @@ func (n *node) listAll(ctx context.Context) {
 			failed = ctx.Err() == nil
 			return
 		}
-		n.putPlus(r.Entries)
+		d.putPlus(r.Entries)
 		if r.EOF {
 			return
 		}

@@ -301,18 +301,21 @@ func (f *openFile) setlk(fctx context.Context, owner uint64, lk *fuse.FileLock, 
 func (f *openFile) syncForLock(fctx context.Context) error {
 	ctx, done := f.callCtx(fctx)
 	defer done()
-	return f.n.syncForLock(ctx)
+	return f.n.file.syncForLock(ctx)
 }
 
 // syncForLock is openFile.syncForLock with the calls' context.
-func (n *node) syncForLock(ctx context.Context) error {
-	n.flushDeferredLater() // its refusal stays for the fsync or close
-	if synced, err := n.syncPend(ctx); synced && err != nil {
-		n.keepWriteErr(err)
+func (s *fileState) syncForLock(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	s.flushDeferredLater() // its refusal stays for the fsync or close
+	if synced, err := s.syncPend(ctx); synced && err != nil {
+		s.keepWriteErr(err)
 		return err
 	}
-	werr := n.drainWriteBehind() // left to be reported
-	if err := n.commitPending(ctx); err != nil {
+	werr := s.drainWriteBehind() // left to be reported
+	if err := s.commitPending(ctx); err != nil {
 		return err
 	}
 	return werr
@@ -320,17 +323,17 @@ func (n *node) syncForLock(ctx context.Context) error {
 
 // keepWriteErr records err, a write's failure, for the next write, fsync
 // or close to report (as a write behind's), unless one is there already.
-func (n *node) keepWriteErr(err error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.wbErr == nil {
-		n.wbErr = err
+func (s *fileState) keepWriteErr(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wbErr == nil {
+		s.wbErr = err
 	}
 }
 
 // dropCaches makes a granted lock a cache-coherency point (the Linux
 // client's nfs_zap_caches after do_setlk's lock): the read-ahead segments
-// of every open file of n are fetched again (node.dataGen), n's
+// of every open file of n are fetched again (fileState.dataGen), n's
 // attributes are asked of the server at the next use, and the kernel
 // drops its cached pages and attributes of the file, so that the lock
 // holder's next read and stat see what other clients wrote before the
@@ -338,7 +341,7 @@ func (n *node) keepWriteErr(err error) {
 // written back before the lock was sent, and the kernel writes back dirty
 // mapped pages before it drops them.
 func (n *node) dropCaches() {
-	n.dataGen.Add(1)
+	n.file.changedData()
 	n.invalidateAttr()
 	n.fsys.events.add(evDataInvalidate)
 	if errno := n.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOSYS && errno != syscall.ENOENT {
@@ -397,7 +400,7 @@ func (f *openFile) releaseLocks(last bool) {
 	if owner != 0 || last {
 		// What is written (through a mapping since the close's flush)
 		// before the locks go, as an unlock (do_unlk).
-		if err := f.n.syncForLock(ctx); err != nil {
+		if err := f.n.file.syncForLock(ctx); err != nil {
 			f.n.fsys.log.Debug("writing back before the unlocks of a release failed", "err", err)
 		}
 	}

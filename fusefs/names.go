@@ -44,34 +44,35 @@ const maxNames = 1 << 16
 // maxNeg bounds the missing names a directory keeps.
 const maxNeg = 1 << 12
 
-// startNames records that directory n was just made by this mount: empty.
-func (n *node) startNames() {
-	if !n.fsys.negativeCache() {
+// startNames records that the directory was just made by this mount:
+// empty. A nil d (not a directory) has no names.
+func (d *dirState) startNames() {
+	if d == nil || !d.n.fsys.negativeCache() {
 		return
 	}
-	n.mu.Lock()
-	n.names, n.namesOK = make(map[string]struct{}), true
-	n.mu.Unlock()
+	d.mu.Lock()
+	d.names, d.namesOK = make(map[string]struct{}), true
+	d.mu.Unlock()
 }
 
-// dropNamesLocked forgets n's names and missing names; n.mu is held.
-func (n *node) dropNamesLocked() {
-	n.names, n.namesOK, n.neg = nil, false, nil
+// dropNamesLocked forgets the names and missing names; d.mu is held.
+func (d *dirState) dropNamesLocked() {
+	d.names, d.namesOK, d.neg = nil, false, nil
 }
 
-// sawMissing notes that a LOOKUP found name missing from n.
-func (n *node) sawMissing(name string) {
-	if !n.fsys.negativeCache() {
+// sawMissing notes that a LOOKUP found name missing from the directory.
+func (d *dirState) sawMissing(name string) {
+	if !d.n.fsys.negativeCache() {
 		return
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.neg == nil {
-		n.neg = make(map[string]struct{})
-	} else if len(n.neg) >= maxNeg {
-		clear(n.neg)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.neg == nil {
+		d.neg = make(map[string]struct{})
+	} else if len(d.neg) >= maxNeg {
+		clear(d.neg)
 	}
-	n.neg[name] = struct{}{}
+	d.neg[name] = struct{}{}
 }
 
 // namesFresh is how long after the server last showed a directory's state
@@ -80,20 +81,23 @@ func (f *FS) namesFresh() time.Duration {
 	return min(f.opts.AcDirMin, lookupFresh)
 }
 
-// knownAbsent reports whether name is known missing from directory n
+// knownAbsent reports whether name is known missing from the directory
 // without asking the server, and for how long that may be trusted.
-func (n *node) knownAbsent(name string) (time.Duration, bool) {
+func (d *dirState) knownAbsent(name string) (time.Duration, bool) {
+	n := d.n
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	now := n.fsys.now()
 	left, fresh := n.attrs.fresh(now)
-	if _, missing := n.neg[name]; missing || !fresh {
+	if _, missing := d.neg[name]; missing || !fresh {
 		return left, fresh && missing
 	}
-	if !n.namesOK {
+	if !d.namesOK {
 		return 0, false
 	}
-	if _, ok := n.names[name]; ok {
+	if _, ok := d.names[name]; ok {
 		return 0, false
 	}
 	w := n.fsys.namesFresh() - now.Sub(n.attrs.at)
@@ -103,64 +107,21 @@ func (n *node) knownAbsent(name string) (time.Duration, bool) {
 	return min(left, w), true
 }
 
-// sawName notes that a LOOKUP found name in n: if n's names lack it,
-// they were wrong and go.
-func (n *node) sawName(name string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	_, missing := n.neg[name]
-	if _, ok := n.names[name]; missing || n.namesOK && !ok {
-		n.dropNamesLocked()
+// sawName notes that a LOOKUP found name in the directory: if its names
+// lack it, they were wrong and go.
+func (d *dirState) sawName(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, missing := d.neg[name]
+	if _, ok := d.names[name]; missing || d.namesOK && !ok {
+		d.dropNamesLocked()
 	}
 }
 
-// nameChange is one change of a directory's names by an operation.
+// nameChange is one change of a directory's names by an operation (see
+// dirState.changed).
 type nameChange struct {
 	add, remove string
-}
-
-// dirChanged applies the wcc_data of an operation on directory n: when it
-// succeeded and the wcc before shows the directory as cached (or is
-// absent), the names it added or removed; then the post-operation
-// attributes, which end the names' knowledge if they show a change that
-// was not this operation's. A failed operation gives ok false.
-func (n *node) dirChanged(w *nfs3.WccData, ok bool, changes ...nameChange) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.kept = nil // the listing changed (kept listings, dircache.go)
-	own := false
-	if (n.namesOK || n.neg != nil) && ok {
-		if w.Before == nil || sameWcc(&n.attrs.attr, w.Before) {
-			own = true
-			for _, c := range changes {
-				if c.remove != "" {
-					delete(n.names, c.remove)
-				}
-				if c.add != "" {
-					delete(n.neg, c.add)
-					if n.namesOK {
-						n.names[c.add] = struct{}{}
-					}
-				}
-			}
-			if len(n.names) > maxNames {
-				n.dropNamesLocked()
-			}
-		} else {
-			n.dropNamesLocked()
-		}
-	}
-	if w.After == nil {
-		n.attrs.invalidate()
-		return
-	}
-	n.carryAccessLocked(w) // the mount's own change (access.go)
-	lo, hi := n.fsys.acBounds(w.After.Type)
-	v := *w.After
-	n.floorSize(&v)
-	if n.attrs.update(v, n.fsys.now(), lo, hi) && !own {
-		n.dropNamesLocked()
-	}
 }
 
 // sameWcc reports whether pre-operation attributes b are those of a.

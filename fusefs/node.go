@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,43 +17,30 @@ import (
 // node is one NFS object (file, directory, symlink, special file) known to
 // the kernel. Its identity (go-fuse StableAttr) is its type, fileid and a
 // hash of its file handle.
+//
+// A node holds what every object has: its handle, its attributes, the
+// rights the server granted each credential on it, and what the server
+// and this mount's callers showed of it (gone, atimeStale, staleData,
+// lookupChanged, entryUntil). A regular file's node holds its file state
+// (file: data, writes, opens, deferred SETATTR), a directory's its
+// directory state (dir: names, listings); which one is fixed at creation
+// (newNode, by the object's type) and never changes, and no node has
+// both. go-fuse calls directory operations (Lookup, Create, Mkdir...) on
+// directory nodes only, and opens regular files only through Open.
+//
+// Locks: mu guards every field below it. It may be held while taking the
+// node's file or directory state's mu (see fileState, dirState), never
+// taken under one, and never with another node's mu.
 type node struct {
 	fs.Inode
 	fsys *FS
 
-	// dataGen counts completed changes of the file's data by this mount
-	// (WRITE, truncating SETATTR, a changed file seen at open): read-ahead
-	// discards data fetched before the latest one.
-	dataGen atomic.Uint64
+	file *fileState // a regular file's; nil for any other type
+	dir  *dirState  // a directory's; nil for any other type
 
-	mu     sync.Mutex
-	fh     nfs3.FileHandle // replaced only by refresh
-	attrs  attrCache
-	opens  int          // open file handles
-	dirty  []dirtyWrite // UNSTABLE writes not yet known committed
-	ndirty int          // their bytes
-	silly  *sillyName   // set once unlinked while open
-	closed *sync.Cond   // broadcast when opens drops to 0 (see waitClosed)
-	commit sync.Mutex   // one COMMIT (and resend) at a time
-
-	// WRITEs in flight (see beginWrite): while any is, the server's
-	// attributes may predate some of them (replies overtake each other),
-	// so a size below wrEnd, the furthest end among them, is not believed.
-	wrInflight int
-	wrEnd      int64
-	// Write-behind (see writeBehind): bytes and calls accepted from the
-	// kernel and not yet answered by the server, the first error among
-	// them (reported by the next write, flush or fsync), and the condition
-	// signalled as they complete.
-	wbBytes, wbCalls int
-	wbErr            error
-	wbDone           *sync.Cond
-	// Gathered small writes (see gather): pend is sent at pendOff, with
-	// the credential of pendCtx; pendGen numbers the gatherings.
-	pend    []byte
-	pendOff int64
-	pendCtx context.Context
-	pendGen uint64
+	mu    sync.Mutex
+	fh    nfs3.FileHandle // replaced only by refresh
+	attrs attrCache
 
 	// lookupChanged: attributes a LOOKUP or a listing brought since the
 	// last open showed the object's data changed (see open). An open
@@ -89,140 +75,23 @@ type node struct {
 	// also writes would otherwise pay a GETATTR call every few reads.
 	atimeStale bool
 
-	// A directory's complete set of names, while namesOK (see names.go).
-	names   map[string]struct{}
-	namesOK bool
-	neg     map[string]struct{} // names found missing
-
-	// unanswered: a LOOKUP in the directory that got no answer (a soft
-	// mount's timeout), for the kernel's own retry (see Lookup).
-	unanswered unansweredLookup
-
-	// The LOOKUP calls in the directory that found their name, in a run
-	// (none more than acdirmin apart); whether the next LOOKUP is to read
-	// the whole listing first, and whether one is being read (see
-	// listing.go).
-	lookups   int
-	lookupsAt time.Time
-	listNext  bool
-	listing   bool
-
-	// A directory's entries as its last READDIRPLUS pages brought them,
-	// by name, for the LOOKUPs that follow a listing (see takePlus).
-	plus map[string]plusEntry
-
 	// In a private directory (see private.go): until when the name under
 	// which this node was last given to the kernel is trusted by this
 	// mount (the kernel itself is told 0).
 	entryUntil time.Time
-
-	// When the kernel last began to fill its cache of the directory's
-	// listing, and the READDIRPLUS replies this mount keeps for the next
-	// listing (see dircache.go).
-	listCachedAt time.Time
-	kept         *keptListing
-
-	// A regular file's open handles for writing, by opener's process,
-	// and the SETATTR deferred until that process's next write, fsync or
-	// close (setattr.go): its attributes, its caller's context, when it
-	// is sent anyway (the timer), and the error of one sent without a
-	// caller to report it to. deferMu is held while one is sent.
-	writers      map[uint32]int
-	closedBy     map[uint32]struct{} // writers that closed a descriptor since they opened one
-	deferred     *nfs3.SetAttr
-	deferredCtx  context.Context
-	deferSending *nfs3.SetAttr // the deferred SETATTR being sent
-	deferredAt   time.Time     // when a time was deferred as the server's
-	deferTimer   *time.Timer
-	deferredErr  error
-	deferMu      sync.Mutex
 }
 
-// plusEntry is one entry of a READDIRPLUS reply.
-type plusEntry struct {
-	fh   nfs3.FileHandle
-	attr nfs3.Attr
-	at   time.Time
-}
-
-// maxPlus bounds the entries a directory keeps from its listings.
-const maxPlus = 1 << 16
-
-// plusFresh returns how long an entry of a listing answers LOOKUPs: no
-// longer than its directory's or its own attributes would be trusted.
-func (f *FS) plusFresh() time.Duration {
-	return min(f.opts.AcDirMin, f.opts.AcRegMin)
-}
-
-// putPlus keeps the entries of a READDIRPLUS page that have a handle and
-// attributes.
-func (n *node) putPlus(ents []nfs3.DirEntryPlus) {
-	if n.fsys.plusFresh() <= 0 {
-		return
+// newNode returns the node of the object of type typ with handle fh, with
+// the file or directory state its type has.
+func newNode(f *FS, fh nfs3.FileHandle, typ nfs3.FileType) *node {
+	n := &node{fsys: f, fh: fh}
+	switch typ {
+	case nfs3.TypeReg:
+		n.file = &fileState{n: n}
+	case nfs3.TypeDir:
+		n.dir = &dirState{n: n}
 	}
-	now := n.fsys.now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for i := range ents {
-		e := &ents[i]
-		if e.FH == nil || e.Attr == nil || e.Name == "." || e.Name == ".." {
-			continue
-		}
-		if n.plus == nil {
-			n.plus = make(map[string]plusEntry)
-		}
-		if len(n.plus) >= maxPlus {
-			for k, p := range n.plus {
-				if now.Sub(p.at) >= n.fsys.plusFresh() {
-					delete(n.plus, k)
-				}
-			}
-			if len(n.plus) >= maxPlus {
-				return
-			}
-		}
-		n.plus[e.Name] = plusEntry{fh: e.FH, attr: *e.Attr, at: now}
-	}
-}
-
-// takePlus returns (and forgets) name's entry from a recent listing.
-func (n *node) takePlus(name string) (plusEntry, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	e, ok := n.plus[name]
-	if !ok {
-		return plusEntry{}, false
-	}
-	delete(n.plus, name)
-	if len(n.plus) == 0 {
-		n.plus = nil
-	}
-	return e, n.fsys.now().Sub(e.at) < n.fsys.plusFresh()
-}
-
-// dropPlus forgets the listed entries of names (changed by this mount).
-func (n *node) dropPlus(names ...string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for _, name := range names {
-		delete(n.plus, name)
-	}
-}
-
-// dirtyWrite is a copy of an UNSTABLE write kept until a COMMIT with the
-// same verifier proves it durable.
-type dirtyWrite struct {
-	off   int64
-	data  []byte
-	verf  nfs3.WriteVerf
-	whole bool     // data is a whole buffer of FS.wbufs that nothing else holds
-	cred  callCred // the WRITE's: its COMMIT's and resend's (ident.go)
-}
-
-// sillyName is where an unlinked open file lives until its last close.
-type sillyName struct {
-	dir  *node
-	name string
+	return n
 }
 
 var (
@@ -255,24 +124,14 @@ func (n *node) setAttr(a *nfs3.Attr) (changed bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	v := *a
-	n.floorSize(&v)
-	n.overlayDeferred(&v)
+	n.file.shown(&v, n.attrs.attr.Ctime)
 	changed = n.attrs.update(v, n.fsys.now(), lo, hi)
 	n.atimeStale = false
 	if changed {
-		n.dropNamesLocked() // changed by someone: the names may be too
-		n.kept = nil
+		n.dir.sawChangeLocked() // changed by someone: the names may be too
 		n.staleData = true
 	}
 	return changed
-}
-
-// floorSize raises a's size to the end of the WRITEs in flight (see
-// node.wrEnd); n.mu is held.
-func (n *node) floorSize(a *nfs3.Attr) {
-	if n.wrInflight > 0 && int64(a.Size) < n.wrEnd {
-		a.Size = uint64(n.wrEnd)
-	}
 }
 
 // setWcc applies an operation's wcc_data: the post-operation attributes, or
@@ -295,14 +154,6 @@ func (n *node) invalidateAttr() {
 	n.mu.Unlock()
 }
 
-// writesPending reports whether writes made through n are gathered or
-// behind, not yet answered by the server.
-func (n *node) writesPending() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.pend != nil || n.wbCalls > 0
-}
-
 // getattr returns the object's attributes and how long they may be
 // trusted: the cached ones while fresh, unless force, else the server's.
 func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duration, error) {
@@ -310,7 +161,7 @@ func (n *node) getattr(ctx context.Context, force bool) (nfs3.Attr, time.Duratio
 		n.mu.Lock()
 		left, ok := n.attrs.fresh(n.fsys.now())
 		a := n.attrs.attr
-		n.floorSize(&a)
+		n.file.floor(&a)
 		n.mu.Unlock()
 		if ok {
 			return a, left, nil
@@ -340,7 +191,7 @@ func (n *node) recorded() (nfs3.Attr, time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	a := n.attrs.attr
-	n.floorSize(&a)
+	n.file.floor(&a)
 	return a, n.attrs.timeo
 }
 
@@ -383,7 +234,7 @@ func (n *node) cached() (nfs3.Attr, time.Duration) {
 	defer n.mu.Unlock()
 	left, _ := n.attrs.fresh(n.fsys.now())
 	a := n.attrs.attr
-	n.floorSize(&a)
+	n.file.floor(&a)
 	return a, max(left, 0)
 }
 
@@ -391,10 +242,7 @@ func (n *node) cached() (nfs3.Attr, time.Duration) {
 // open file keeps under its .nfs name.
 func (n *node) fillOut(out *fuse.Attr, a *nfs3.Attr) {
 	fillAttr(out, a)
-	n.mu.Lock()
-	silly := n.silly != nil
-	n.mu.Unlock()
-	if silly && out.Nlink > 0 {
+	if n.file.sillyRenamed() && out.Nlink > 0 {
 		out.Nlink--
 	}
 }
@@ -433,7 +281,7 @@ func (n *node) child(ctx context.Context, name string, fh nfs3.FileHandle, a *nf
 			}
 		}
 	}
-	c = &node{fsys: n.fsys, fh: fh}
+	c = newNode(n.fsys, fh, a.Type)
 	c.setAttr(a)
 	n.NewInode(ctx, c, fs.StableAttr{Mode: typeMode(a.Type), Ino: ino(a.FileID), Gen: generation(fh)})
 	return c, false
@@ -468,6 +316,10 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	d := n.dir
+	if d == nil {
+		return nil, syscall.ENOTDIR // not reached: the kernel looks up in directories only
+	}
 	// askServer: the caller's search of a private directory is not
 	// known; the server decides (see private.go).
 	priv, askServer := n.private(), false
@@ -480,7 +332,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 			return c, errno
 		}
 	}
-	if left, ok := n.knownAbsent(name); ok && !askServer {
+	if left, ok := d.knownAbsent(name); ok && !askServer {
 		// This mount knows every name of the directory (see names.go).
 		if priv {
 			left = 0
@@ -493,19 +345,19 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	if e, ok := n.takePlus(name); ok && !askServer {
+	if e, ok := d.takePlus(name); ok && !askServer {
 		return n.plusLookup(ctx, name, e, out), 0
 	}
-	if !askServer && n.listForLookup() {
+	if !askServer && d.listForLookup() {
 		// The directory's LOOKUPs have cost what reading all of it
 		// does (listing.go): read it, and answer this one from it if
 		// it has the name.
-		n.listAll(ctx)
-		if e, ok := n.takePlus(name); ok {
+		d.listAll(ctx)
+		if e, ok := d.takePlus(name); ok {
 			return n.plusLookup(ctx, name, e, out), 0
 		}
 	}
-	if err, ok := n.takeUnanswered(name); ok {
+	if err, ok := d.takeUnanswered(name); ok {
 		return nil, toErrno(err)
 	}
 	var r nfs3.LookupResult
@@ -513,7 +365,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		r, err = n.fsys.c.Lookup(ctx, dir, name)
 		return err
 	})
-	n.noteUnanswered(name, err)
+	d.noteUnanswered(name, err)
 	n.setAttr(r.DirAttr)
 	if priv {
 		n.learnSearch(ctx, err)
@@ -527,7 +379,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		// (lookupcache=all); by the kernel not at all in a private
 		// directory (this mount keeps it: knownAbsent).
 		if n.fsys.negativeCache() {
-			n.sawMissing(name)
+			d.sawMissing(name)
 			_, dirTimeo := n.cached()
 			if priv {
 				dirTimeo = 0
@@ -536,9 +388,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 		return nil, syscall.ENOENT
 	}
-	n.sawName(name)
+	d.sawName(name)
 	if !askServer {
-		n.foundByLookup()
+		d.foundByLookup()
 	}
 	a, err := n.lookupAttr(ctx, r.FH, r.Attr)
 	if err != nil {
@@ -555,13 +407,13 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // Getattr implements fs.NodeGetattrer: the cached attributes while fresh,
 // else GETATTR (RFC 1813 §3.3.1).
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if !n.fsys.ioGetattr(ctx) && n.writesPending() {
+	if !n.fsys.ioGetattr(ctx) && n.file.writesPending() {
 		// A stat sees the writes made so far: the kernel client sends
 		// them before its GETATTR (nfs_getattr), so that the server's
 		// modification and change times are the stat's. Here the
 		// WRITEs' replies bring them (wcc_data). Not for FUSE's own
 		// GETATTR ahead of a read (ioGetattr).
-		n.drainWriteBehind()
+		n.file.drainWriteBehind()
 	}
 	n.mu.Lock()
 	if n.gone {
@@ -572,7 +424,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	viaFile := n.fsys.ioGetattr(ctx)
 	force := n.atimeStale && !viaFile
 	a0 := n.attrs.attr
-	n.floorSize(&a0)
+	n.file.floor(&a0)
 	n.mu.Unlock()
 	if fresh && !force {
 		// Answered from the cache: no call, no call context.
@@ -664,13 +516,13 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return errno
 		}
 	}
-	if a, timeo, ok := n.deferSetattr(ctx, caller, s); ok {
+	if a, timeo, ok := n.file.deferSetattr(ctx, caller, s); ok {
 		n.fillOut(&out.Attr, &a)
 		out.SetTimeout(timeo)
 		return 0
 	}
 	// One deferred before goes first.
-	if err := n.flushDeferred(); err != nil {
+	if err := n.file.flushDeferred(); err != nil {
 		return toErrno(err)
 	}
 	// Writes behind land first: a later one would undo a truncation or
@@ -678,13 +530,13 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	// data go FILE_SYNC (as the Linux client flushes a file before
 	// SETATTR): tar's chown, chmod and utimes then leave no COMMIT to
 	// close.
-	if synced, err := n.syncPend(ctx); synced && err != nil {
+	if synced, err := n.file.syncPend(ctx); synced && err != nil {
 		return toErrno(err)
 	}
-	n.drainWriteBehind()
+	n.file.drainWriteBehind()
 	if truncate {
 		// Writes still uncommitted must not be resent over the truncation.
-		if err := n.commitDirty(ctx); err != nil {
+		if err := n.file.commitDirty(ctx); err != nil {
 			return toErrno(err)
 		}
 	}
@@ -700,7 +552,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		}
 	}()
 	if truncate {
-		n.dataGen.Add(1)
+		n.file.changedData()
 	}
 	if err != nil {
 		n.setWcc(&w)
@@ -779,59 +631,10 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	}
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
-	return toErrno(n.commitDirty(ctx))
+	return toErrno(n.file.commitDirty(ctx))
 }
 
 // Allocate implements fs.NodeAllocater: NFSv3 cannot preallocate.
 func (n *node) Allocate(ctx context.Context, f fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
 	return syscall.EOPNOTSUPP
-}
-
-// unansweredLookup is a LOOKUP that got no answer from the server.
-type unansweredLookup struct {
-	name string
-	at   time.Time
-	err  error
-}
-
-// unansweredRetry bounds how soon after a LOOKUP that got no answer the
-// kernel's retry of it is answered with the same error.
-const unansweredRetry = time.Second
-
-// noteUnanswered records a LOOKUP of name that got no answer (err is not
-// a status from the server: a soft mount's timeout), or forgets one.
-//
-// The kernel's FUSE layer revalidates a cached name with a LOOKUP; when
-// that fails with an error other than EINTR or ENOMEM it drops the name
-// and looks it up again at once, so a path walk on a silent server would
-// wait for two timeouts where the kernel's NFS client, which returns the
-// revalidation's error, waits for one (soft mounts: timeo×retrans). That
-// immediate retry (takeUnanswered, once, within unansweredRetry) gets the
-// first one's error without a call: the application sees the kernel
-// client's outcome after the kernel client's wait. A later lookup, or an
-// application's own retry after the first, asks the server again.
-func (n *node) noteUnanswered(name string, err error) {
-	var st nfs3.Status
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if err != nil && !errors.As(err, &st) && !errors.Is(err, context.Canceled) {
-		n.unanswered = unansweredLookup{name: name, at: n.fsys.now(), err: err}
-		return
-	}
-	if n.unanswered.name == name {
-		n.unanswered = unansweredLookup{}
-	}
-}
-
-// takeUnanswered returns, once, the error of a LOOKUP of name that got no
-// answer within unansweredRetry (see noteUnanswered).
-func (n *node) takeUnanswered(name string) (error, bool) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	u := n.unanswered
-	if u.err == nil || u.name != name || n.fsys.now().Sub(u.at) >= unansweredRetry {
-		return nil, false
-	}
-	n.unanswered = unansweredLookup{}
-	return u.err, true
 }

@@ -28,11 +28,11 @@ import (
 // segment fetched before another client's write would otherwise serve a
 // direct read, which must always read the server.
 //
-// A granted lock makes every segment of the file stale (node.dataGen, see
+// A granted lock makes every segment of the file stale (fileState.dataGen, see
 // dropCaches): the lock holder reads what other clients wrote before it.
 //
 // A segment is used only if no change of the file's data by this mount
-// completed after its READ started (node.dataGen), so the reader sees its
+// completed after its READ started (fileState.dataGen), so the reader sees its
 // own writes, and only for bytes it has not given out yet: the kernel asks
 // again for data it was given only when its page cache let go of it, and
 // such a read goes to the server as the kernel client's would, instead of
@@ -67,7 +67,7 @@ type readAhead struct {
 
 type segment struct {
 	done chan struct{} // closed when data/err are set
-	gen  uint64        // node.dataGen when the READ started
+	gen  uint64        // fileState.dataGen when the READ started
 	data []byte
 	eof  bool
 	err  error
@@ -294,7 +294,7 @@ func (ra *readAhead) readInto(ctx context.Context, dest []byte, off int64, res *
 	n := ra.f.n
 	size := int64(ra.segSize)
 	first, last := off/size, (off+int64(len(dest))-1)/size
-	gen := n.dataGen.Load()
+	gen := n.file.dataGen.Load()
 
 	// The file's size as last known: no segment is read ahead past it (a
 	// reader going further reads directly).

@@ -10,7 +10,7 @@ import (
 // when no RELEASE ever comes (the caller may hold the file open itself),
 // however the timer's wake-up falls against the clock.
 func TestWaitClosedEndsWithoutRelease(t *testing.T) {
-	n := &node{opens: 1}
+	n := &fileState{opens: 1}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -30,7 +30,7 @@ func TestWaitClosedEndsWithoutRelease(t *testing.T) {
 
 // A RELEASE during the wait ends it at once, reporting the file closed.
 func TestWaitClosedSeesRelease(t *testing.T) {
-	n := &node{opens: 1}
+	n := &fileState{opens: 1}
 	go func() {
 		time.Sleep(10 * time.Millisecond)
 		n.mu.Lock()

@@ -72,12 +72,17 @@ func callerPid(ctx context.Context) uint32 {
 	return 0
 }
 
-// deferSetattr defers SETATTR s of n by caller (whose calls carry ctx's
-// credential) when it may; it returns the attributes n has with it and how
-// long they may be trusted.
-func (n *node) deferSetattr(ctx context.Context, caller *fuse.Caller, s nfs3.SetAttr) (nfs3.Attr, time.Duration, bool) {
+// deferSetattr defers SETATTR sa of the file by caller (whose calls carry
+// ctx's credential) when it may; it returns the attributes the file has
+// with it and how long they may be trusted. A nil s (not a regular file)
+// defers nothing.
+func (s *fileState) deferSetattr(ctx context.Context, caller *fuse.Caller, sa nfs3.SetAttr) (nfs3.Attr, time.Duration, bool) {
+	if s == nil {
+		return nfs3.Attr{}, 0, false
+	}
+	n := s.n
 	f := n.fsys
-	if !f.opts.DeferSetattr || caller == nil || caller.Pid == 0 || s.Size != nil || f.opts.Sync || !f.opts.CallerIdentity || f.noDefer.Load() {
+	if !f.opts.DeferSetattr || caller == nil || caller.Pid == 0 || sa.Size != nil || f.opts.Sync || !f.opts.CallerIdentity || f.noDefer.Load() {
 		return nfs3.Attr{}, 0, false
 	}
 	cred, ok := sunrpc.CredentialFrom(ctx)
@@ -85,53 +90,57 @@ func (n *node) deferSetattr(ctx context.Context, caller *fuse.Caller, s nfs3.Set
 		return nfs3.Attr{}, 0, false
 	}
 	now := f.now()
+	// The attributes shown change with the deferred SETATTR: both locks,
+	// in their order (fileState).
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	a := n.attrs.attr
-	_, closed := n.closedBy[caller.Pid]
-	if !n.attrs.valid || a.Type != nfs3.TypeReg || n.writers[caller.Pid] == 0 || closed || n.gone {
+	_, closed := s.closedBy[caller.Pid]
+	if !n.attrs.valid || a.Type != nfs3.TypeReg || s.writers[caller.Pid] == 0 || closed || n.gone {
 		return nfs3.Attr{}, 0, false
 	}
 	switch {
 	case caller.Uid == 0 && f.squash.unsquashed(a.FSID, now):
-	case caller.Uid != 0 && caller.Uid == a.UID && s.UID == nil && s.GID == nil:
+	case caller.Uid != 0 && caller.Uid == a.UID && sa.UID == nil && sa.GID == nil:
 	default:
 		return nfs3.Attr{}, 0, false
 	}
-	if sbitsWithOwner(n.deferred, &s) {
+	if sbitsWithOwner(s.deferred, &sa) {
 		// Sent at once by the caller, after the deferred one.
 		return nfs3.Attr{}, 0, false
 	}
-	if n.deferred == nil {
-		n.deferred = &nfs3.SetAttr{}
-		n.deferredCtx = sunrpc.WithCredential(f.ctx, cred)
-		n.deferTimer = time.AfterFunc(deferFlushAfter, n.flushDeferredLater)
+	if s.deferred == nil {
+		s.deferred = &nfs3.SetAttr{}
+		s.deferredCtx = sunrpc.WithCredential(f.ctx, cred)
+		s.deferTimer = time.AfterFunc(deferFlushAfter, s.flushDeferredLater)
 	}
-	d := n.deferred
-	if s.Mode != nil {
-		d.Mode = s.Mode
+	d := s.deferred
+	if sa.Mode != nil {
+		d.Mode = sa.Mode
 	}
-	if s.UID != nil {
-		d.UID = s.UID
+	if sa.UID != nil {
+		d.UID = sa.UID
 	}
-	if s.GID != nil {
-		d.GID = s.GID
+	if sa.GID != nil {
+		d.GID = sa.GID
 	}
-	if s.Atime.How != nfs3.DontChange {
-		d.Atime = s.Atime
+	if sa.Atime.How != nfs3.DontChange {
+		d.Atime = sa.Atime
 	}
-	if s.Mtime.How != nfs3.DontChange {
-		d.Mtime = s.Mtime
+	if sa.Mtime.How != nfs3.DontChange {
+		d.Mtime = sa.Mtime
 	}
-	if s.Atime.How == nfs3.SetToServerTime || s.Mtime.How == nfs3.SetToServerTime {
-		n.deferredAt = now // the server's time, as this clock says
+	if sa.Atime.How == nfs3.SetToServerTime || sa.Mtime.How == nfs3.SetToServerTime {
+		s.deferredAt = now // the server's time, as this clock says
 	}
 	// The attributes as the server will have them; ctime by this clock.
-	n.overlayDeferred(&a)
+	s.overlayDeferredLocked(&a, n.attrs.attr.Ctime)
 	a.Ctime = nfs3.TimeOfUnix(0, now.UnixNano())
 	n.attrs.attr = a
 	left, _ := n.attrs.fresh(now)
-	n.floorSize(&a)
+	s.floorLocked(&a)
 	return a, max(left, 0), true
 }
 
@@ -151,19 +160,20 @@ func sbitsWithOwner(d, s *nfs3.SetAttr) bool {
 	return owner && mode != nil && *mode&0o7000 != 0
 }
 
-// overlayDeferred sets in a, attributes from the server, those a deferred
-// SETATTR of n will set; n.mu is held.
-func (n *node) overlayDeferred(a *nfs3.Attr) {
-	for _, d := range []*nfs3.SetAttr{n.deferSending, n.deferred} {
+// overlayDeferredLocked sets in a, attributes from the server, those a
+// deferred SETATTR of the file will set, with ctime, the cached one, as
+// deferSetattr set it; s.mu is held.
+func (s *fileState) overlayDeferredLocked(a *nfs3.Attr, ctime nfs3.Time) {
+	for _, d := range []*nfs3.SetAttr{s.deferSending, s.deferred} {
 		if d != nil {
-			n.overlay(a, d)
+			s.overlayLocked(a, d, ctime)
 		}
 	}
 }
 
-// overlay sets in a the attributes d sets; n.mu is held.
-func (n *node) overlay(a *nfs3.Attr, d *nfs3.SetAttr) {
-	a.Ctime = n.attrs.attr.Ctime // as deferSetattr set it
+// overlayLocked sets in a the attributes d sets; s.mu is held.
+func (s *fileState) overlayLocked(a *nfs3.Attr, d *nfs3.SetAttr, ctime nfs3.Time) {
+	a.Ctime = ctime // as deferSetattr set it
 	if d.Mode != nil {
 		a.Mode = *d.Mode
 	}
@@ -181,49 +191,53 @@ func (n *node) overlay(a *nfs3.Attr, d *nfs3.SetAttr) {
 		case nfs3.SetToClientTime:
 			*t.to = t.set.Time
 		case nfs3.SetToServerTime:
-			*t.to = nfs3.TimeOfUnix(0, n.deferredAt.UnixNano())
+			*t.to = nfs3.TimeOfUnix(0, s.deferredAt.UnixNano())
 		}
 	}
 }
 
-// flushDeferred sends n's deferred SETATTR, if any, after the writes before
-// it, and returns its error, or that of one sent without a caller to tell
-// (the timer's, the last close's). When it returns, no SETATTR of n is in
-// flight.
-func (n *node) flushDeferred() error {
-	n.deferMu.Lock()
-	defer n.deferMu.Unlock()
-	n.mu.Lock()
-	d, ctx, err := n.deferred, n.deferredCtx, n.deferredErr
-	n.deferredErr = nil
+// flushDeferred sends the file's deferred SETATTR, if any, after the
+// writes before it, and returns its error, or that of one sent without a
+// caller to tell (the timer's, the last close's). When it returns, no
+// SETATTR of the file is in flight. A nil s (not a regular file) has none.
+func (s *fileState) flushDeferred() error {
+	if s == nil {
+		return nil
+	}
+	n := s.n
+	s.deferMu.Lock()
+	defer s.deferMu.Unlock()
+	s.mu.Lock()
+	d, ctx, err := s.deferred, s.deferredCtx, s.deferredErr
+	s.deferredErr = nil
 	if d != nil {
 		// Sent from here on: one deferred meanwhile is a new one.
-		n.deferTimer.Stop()
-		n.deferred, n.deferredCtx, n.deferTimer, n.deferSending = nil, nil, nil, d
+		s.deferTimer.Stop()
+		s.deferred, s.deferredCtx, s.deferTimer, s.deferSending = nil, nil, nil, d
 	}
-	n.mu.Unlock()
+	s.mu.Unlock()
 	if d == nil {
 		return err
 	}
 	defer func() {
-		n.mu.Lock()
-		n.deferSending = nil
-		n.mu.Unlock()
+		s.mu.Lock()
+		s.deferSending = nil
+		s.mu.Unlock()
 	}()
 	// Its writes first: a later WRITE would move an explicit mtime.
-	if synced, werr := n.syncPend(ctx); synced && werr != nil {
+	if synced, werr := s.syncPend(ctx); synced && werr != nil {
 		n.forgetDeferred() // what it set is not so
 		return werr
 	}
-	n.drainWriteBehind()
+	s.drainWriteBehind()
 	var w nfs3.WccData
 	serr := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
 		w, err = n.fsys.c.Setattr(ctx, fh, *d, nil)
 		return err
 	})
-	n.mu.Lock()
-	n.deferSending = nil
-	n.mu.Unlock()
+	s.mu.Lock()
+	s.deferSending = nil
+	s.mu.Unlock()
 	if serr != nil {
 		n.forgetDeferred() // what it set is not so
 		if errors.Is(toErrno(serr), syscall.EROFS) {
@@ -248,10 +262,10 @@ func (n *node) forgetDeferred() {
 
 // flushDeferredLater is the timer's: the writer kept the file open and did
 // not write; the error waits for its close or fsync.
-func (n *node) flushDeferredLater() {
-	if err := n.flushDeferred(); err != nil {
-		n.mu.Lock()
-		n.deferredErr = err
-		n.mu.Unlock()
+func (s *fileState) flushDeferredLater() {
+	if err := s.flushDeferred(); err != nil {
+		s.mu.Lock()
+		s.deferredErr = err
+		s.mu.Unlock()
 	}
 }
