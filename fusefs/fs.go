@@ -6,6 +6,14 @@
 //   - Identity: the inode number is the NFS fileid and the FUSE generation a
 //     hash of the file handle, so a fileid the server reuses for a new object
 //     is a new inode.
+//   - State: a node holds what every object has (handle, attributes,
+//     access rights per credential); a regular file's node also holds its
+//     fileState (data, writes, opens, deferred SETATTR: filestate.go), a
+//     directory's its dirState (names, listings: dirstate.go), never both.
+//     Each has one mutex and its invariant and lock order in its doc
+//     comment. Every change this mount makes in a directory goes through
+//     dirState.changed. What the server showed of root squashing is
+//     rootsquash.go's.
 //   - Attributes are cached per object with the acregmin/acregmax/
 //     acdirmin/acdirmax timeouts of nfs(5) (the timeout doubles while the
 //     object does not change); the kernel is given the same timeouts for its
