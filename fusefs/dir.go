@@ -271,7 +271,7 @@ func (s *fileState) waitClosed(d time.Duration) bool {
 	// could still lie ahead when the timer fires, and no second wake-up
 	// would come (the open file's holder may be the caller of this wait).
 	expired := false
-	timer := time.AfterFunc(d, func() {
+	timer := s.n.fsys.after(d, func() {
 		s.mu.Lock()
 		expired = true
 		s.closed.Broadcast()

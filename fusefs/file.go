@@ -418,7 +418,7 @@ func (s *fileState) gather(ctx context.Context, data []byte, off int64) error {
 	s.pendGen++
 	gen := s.pendGen
 	s.mu.Unlock()
-	time.AfterFunc(pendDelay, func() { s.flushPend(gen) })
+	n.fsys.after(pendDelay, func() { s.flushPend(gen) })
 	return nil
 }
 

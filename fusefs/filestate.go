@@ -89,7 +89,7 @@ type fileState struct {
 	deferredCtx  context.Context
 	deferSending *nfs3.SetAttr // the deferred SETATTR being sent
 	deferredAt   time.Time     // when a time was deferred as the server's
-	deferTimer   *time.Timer
+	deferTimer   stopper       // FS.after
 	deferredErr  error
 }
 

@@ -141,7 +141,25 @@ type FS struct {
 	// wbufs: the memory of writes behind and kept writes, reused (wbuf.go).
 	wbufs   *writeBufs
 	lockers lockFiles // the open files each lock owner locked through (lock.go)
-	now     func() time.Time
+	// now and afterFunc are the clock and the timers of this mount's own
+	// delays (time.Now; time.AfterFunc when nil): a gathered write's
+	// pendDelay, a deferred SETATTR's deferFlushAfter, an unlink's
+	// releaseWait. Tests replace them before the FS is mounted.
+	now       func() time.Time
+	afterFunc func(d time.Duration, fn func()) stopper
+}
+
+// stopper is a timer of FS.afterFunc: Stop reports whether it stopped fn
+// from running (see time.Timer.Stop).
+type stopper interface{ Stop() bool }
+
+// after runs fn in its own goroutine once d has passed, by the FS's
+// timers (FS.afterFunc).
+func (f *FS) after(d time.Duration, fn func()) stopper {
+	if f.afterFunc != nil {
+		return f.afterFunc(d, fn)
+	}
+	return time.AfterFunc(d, fn)
 }
 
 // New returns the file system of the export whose root handle is root,

@@ -114,7 +114,7 @@ func (s *fileState) deferSetattr(ctx context.Context, caller *fuse.Caller, sa nf
 	if s.deferred == nil {
 		s.deferred = &nfs3.SetAttr{}
 		s.deferredCtx = sunrpc.WithCredential(f.ctx, cred)
-		s.deferTimer = time.AfterFunc(deferFlushAfter, s.flushDeferredLater)
+		s.deferTimer = f.after(deferFlushAfter, s.flushDeferredLater)
 	}
 	d := s.deferred
 	if sa.Mode != nil {

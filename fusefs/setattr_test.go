@@ -59,10 +59,17 @@ func deferOpts() *Options {
 // pid is the thread's) until it ends.
 func deferMount(t *testing.T) (*fusefstest.Server, *mounted) {
 	t.Helper()
+	return deferMountSetup(t, nil)
+}
+
+// deferMountSetup is deferMount with setup called on the FS before it is
+// mounted (see mountGoNFSSetup).
+func deferMountSetup(t *testing.T, setup func(*FS)) (*fusefstest.Server, *mounted) {
+	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	srv := startGoNFS(t, backendDisk)
-	m := mountGoNFS(t, srv, deferOpts())
+	m := mountGoNFSSetup(t, srv, deferOpts(), nil, MountConfig{}, setup)
 	unsquashed(t, m)
 	return srv, m
 }
@@ -220,10 +227,11 @@ func TestDeferredSetattr(t *testing.T) {
 // TestDeferredSetattrOrder: a write after a deferred utimes is sent after
 // it (the write moves the mtime at the server, as it would have); a chmod
 // by a process without the file open for writing is sent at once; a
-// deferred one is sent within deferFlushAfter while its writer keeps the
-// file open.
+// deferred one is sent by its timer, set for deferFlushAfter, while its
+// writer keeps the file open.
 func TestDeferredSetattrOrder(t *testing.T) {
-	srv, m := deferMount(t)
+	var timers manualTimers
+	srv, m := deferMountSetup(t, func(f *FS) { f.afterFunc = timers.afterFunc })
 	old := time.Unix(1_000_000_000, 0)
 	f := extract(t, m.path("x"), old)
 	if _, err := f.WriteAt([]byte("more"), 4096); err != nil {
@@ -251,10 +259,16 @@ func TestDeferredSetattrOrder(t *testing.T) {
 	check(t, err)
 	defer g.Close()
 	check(t, g.Chmod(0o600))
-	time.Sleep(deferFlushAfter + 500*time.Millisecond)
+	check(t, unix.Stat(filepath.Join(srv.Dir, "x"), &st))
+	if st.Mode&0o7777 == 0o600 {
+		t.Errorf("a chmod by its writer, which keeps the file open, was sent at once; want it deferred")
+	}
+	if timers.fire(deferFlushAfter) == 0 {
+		t.Errorf("a deferred chmod set no timer of %v", deferFlushAfter)
+	}
 	check(t, unix.Stat(filepath.Join(srv.Dir, "x"), &st))
 	if st.Mode&0o7777 != 0o600 {
-		t.Errorf("%v after a chmod by its writer, which keeps it open: mode %o at the server, want 600", deferFlushAfter+500*time.Millisecond, st.Mode&0o7777)
+		t.Errorf("%v after a chmod by its writer, which keeps it open: mode %o at the server, want 600", deferFlushAfter, st.Mode&0o7777)
 	}
 }
 
