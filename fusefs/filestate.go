@@ -17,29 +17,33 @@ import (
 // kept for its life.
 //
 // Invariants:
-//   - dirty holds every UNSTABLE write the server took and no COMMIT with
-//     its verifier has answered; ndirty is their bytes.
-//   - wrInflight counts the WRITEs in flight and the gathered writes
-//     (pend); while it is above 0, wrEnd is the furthest end among them,
-//     and the size shown for the file is at least wrEnd (floor): the
-//     server's attributes may predate them.
+//   - dirty holds the UNSTABLE writes the server took that no COMMIT with
+//     their verifier has answered, but for those a COMMIT in flight took
+//     out (commitPendingLocked puts back what it does not prove durable);
+//     ndirty is their bytes.
+//   - wrInflight counts the WRITEs in flight (writeRange, writes behind)
+//     and the gathered write (pend); while it is above 0, wrEnd is the
+//     furthest end among them, and the size shown for the file is at
+//     least wrEnd (floor): the server's attributes may predate them.
 //   - pend, when not nil, is answered to the kernel and not yet sent; it
 //     is sent before anything that needs the server to have it.
 //   - wbBytes and wbCalls count the writes behind not yet answered;
 //     wbErr is the first failure among them not yet reported.
 //   - deferred (with deferredCtx and deferTimer) is the SETATTR answered
 //     to its caller and not yet sent; deferSending the one being sent.
-//     The attributes shown for the file carry both (overlay).
+//     The attributes shown for the file carry both
+//     (overlayDeferredLocked).
 //   - silly, once set, names the file's .nfs name until its last close
 //     (opens back to 0), which removes it.
 //
 // Locks: mu guards every field below it; dataGen is atomic. commit is held
 // across a COMMIT and its resends, deferMu across the sending of a
-// deferred SETATTR: they order calls, guard no field, and are taken
-// before mu, never under it. The lock order is commit or deferMu, then
-// the node's mu, then fileState.mu: a holder of the node's mu may take
-// its file's mu (the attributes shown include the writes in flight and a
-// deferred SETATTR), never the other way. No call is made with mu held.
+// deferred SETATTR: they order calls, guard no field, are never held
+// together, and are taken before mu, never under it. The lock order is
+// commit or deferMu, then the node's mu, then fileState.mu: a holder of
+// the node's mu may take its file's mu (the attributes shown include the
+// writes in flight and a deferred SETATTR), never the other way. No call
+// is made with mu held.
 type fileState struct {
 	n *node // the file's node: its handle and attributes
 
