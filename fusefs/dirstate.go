@@ -40,7 +40,7 @@ import (
 // then dirState.mu: knownAbsent, keptPage and setAttr hold both, so that
 // the names and kept replies are never trusted under attributes that
 // showed them stale. Never the other way, and never two directories'
-// states at once. No call is made with mu held.
+// states at once. No NFS call is made with mu held.
 type dirState struct {
 	n *node // the directory's node: its handle and attributes
 

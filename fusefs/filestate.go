@@ -42,8 +42,8 @@ import (
 // together, and are taken before mu, never under it. The lock order is
 // commit or deferMu, then the node's mu, then fileState.mu: a holder of
 // the node's mu may take its file's mu (the attributes shown include the
-// writes in flight and a deferred SETATTR), never the other way. No call
-// is made with mu held.
+// writes in flight and a deferred SETATTR), never the other way. No NFS
+// call is made with mu held.
 type fileState struct {
 	n *node // the file's node: its handle and attributes
 
