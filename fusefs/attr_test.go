@@ -96,4 +96,3 @@ func TestToErrno(t *testing.T) {
 		}
 	}
 }
-
