@@ -379,7 +379,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 	// carries its writer's credential (as the kernel client coalesces
 	// only the pages of one open context).
 	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize && sameCred(n.pendCtx, ctx) {
-		n.pend = n.fsys.wbufs.appendPend(n.pend, data)
+		n.pend = n.fsys.wbufs.AppendPend(n.pend, data)
 		n.wrEnd = max(n.wrEnd, end)
 		if len(n.pend) < wsize {
 			n.mu.Unlock()
@@ -399,7 +399,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 		// One write behind per WRITE, each in a pooled buffer.
 		for i := 0; i < len(data); i += wsize {
 			piece := data[i:min(len(data), i+wsize)]
-			if err := n.writeBehind(ctx, n.fsys.wbufs.clone(piece), off+int64(i), false); err != nil {
+			if err := n.writeBehind(ctx, n.fsys.wbufs.Clone(piece), off+int64(i), false); err != nil {
 				return err
 			}
 		}
@@ -409,9 +409,9 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 	if n.pend != nil {
 		// Another write started gathering meanwhile: this one goes alone.
 		n.mu.Unlock()
-		return n.writeBehind(ctx, n.fsys.wbufs.clone(data), off, false)
+		return n.writeBehind(ctx, n.fsys.wbufs.Clone(data), off, false)
 	}
-	n.pend = n.fsys.wbufs.appendPend(nil, data)
+	n.pend = n.fsys.wbufs.AppendPend(nil, data)
 	n.pendOff, n.pendCtx = off, ctx
 	// Counted as a WRITE in flight: the size shown covers it.
 	n.wrInflight++
@@ -570,7 +570,7 @@ func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.
 	if own == ownedWhole {
 		defer func() {
 			if !kept {
-				n.fsys.wbufs.put(data)
+				n.fsys.wbufs.Put(data)
 			}
 		}()
 	}
@@ -593,7 +593,7 @@ func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.
 			piece, whole := chunk[:r.Count], false
 			switch {
 			case own == lent:
-				piece, whole = n.fsys.wbufs.clone(piece), true
+				piece, whole = n.fsys.wbufs.Clone(piece), true
 			case own == ownedWhole && done == 0 && len(piece) == len(data):
 				whole = true // all of data, in one entry: given back after its COMMIT
 			}
@@ -663,7 +663,7 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 			case d.verf != r.Verf:
 				lost = append(lost, d)
 			case d.whole:
-				n.fsys.wbufs.put(d.data) // durable: its memory serves another write
+				n.fsys.wbufs.Put(d.data) // durable: its memory serves another write
 			}
 		}
 		if len(lost) == 0 {

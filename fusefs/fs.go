@@ -71,6 +71,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/wbuf"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
@@ -130,8 +131,8 @@ type FS struct {
 	// kept: directories' READDIRPLUS replies kept for their next
 	// listing (dircache.go).
 	kept keptLists
-	// wbufs: the memory of writes behind and kept writes, reused (wbuf.go).
-	wbufs   *writeBufs
+	// wbufs: the memory of writes behind and kept writes, reused.
+	wbufs   *wbuf.Pool
 	lockers lockFiles // the open files each lock owner locked through (lock.go)
 	now     func() time.Time
 }
@@ -185,7 +186,7 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 	if f.maxDirty <= 0 {
 		f.maxDirty = DefaultMaxDirty
 	}
-	f.wbufs = newWriteBufs(int(f.wsize), f.writeBehind, f.maxDirty)
+	f.wbufs = wbuf.New(int(f.wsize), f.writeBehind, f.maxDirty)
 	f.nameMax = nfs3.MaxNameLen
 	if pc, err := c.Pathconf(ctx, root); err == nil && pc.NameMax > 0 {
 		f.nameMax = pc.NameMax
