@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
@@ -378,7 +379,7 @@ func (n *node) gather(ctx context.Context, data []byte, off int64) error {
 	// Another opener's writes are not gathered with these: each WRITE
 	// carries its writer's credential (as the kernel client coalesces
 	// only the pages of one open context).
-	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize && sameCred(n.pendCtx, ctx) {
+	if n.pend != nil && off == n.pendOff+int64(len(n.pend)) && len(n.pend)+len(data) <= wsize && caller.SameCred(n.pendCtx, ctx) {
 		n.pend = n.fsys.wbufs.AppendPend(n.pend, data)
 		n.wrEnd = max(n.wrEnd, end)
 		if len(n.pend) < wsize {
@@ -465,7 +466,7 @@ func (n *node) syncPend(ctx context.Context) (bool, error) {
 	buf, off, pctx := n.takePendLocked()
 	n.mu.Unlock()
 	// With the credential of the opener that wrote them, whoever closes.
-	err := n.writeRange(withCred(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
+	err := n.writeRange(caller.WithCredOf(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
 	n.endWrite()
 	n.dataGen.Add(1)
 	return true, err
@@ -599,7 +600,7 @@ func (n *node) writeRange(ctx context.Context, data []byte, off int64, how nfs3.
 			}
 			kept = kept || own != lent
 			n.mu.Lock()
-			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: credOf(ctx)})
+			n.dirty = append(n.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: caller.CredOf(ctx)})
 			n.ndirty += int(r.Count)
 			n.mu.Unlock()
 		}
@@ -646,7 +647,7 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 		// With the credential of the first write it commits, whoever
 		// asks for it, as the kernel client's COMMIT carries its first
 		// request's open context's.
-		cctx := pending[0].cred.on(ctx)
+		cctx := pending[0].cred.On(ctx)
 		var r nfs3.CommitResult
 		err := n.do(cctx, func(fh nfs3.FileHandle) (err error) {
 			r, err = n.fsys.c.Commit(cctx, fh, 0, 0)
@@ -681,7 +682,7 @@ func (n *node) commitPendingLocked(ctx context.Context) error {
 			if d.whole {
 				own = ownedWhole
 			}
-			if err := n.writeRange(d.cred.on(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
+			if err := n.writeRange(d.cred.On(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
 				n.requeue(lost[i+1:])
 				return err
 			}

@@ -71,6 +71,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
 	"github.com/nfsrdma/nfsrdma/fusefs/internal/wbuf"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
@@ -95,7 +96,7 @@ type FS struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	creds   *credCache
+	creds   credCache
 	nameMax uint32 // PATHCONF name_max
 
 	sillyCount atomic.Uint64
@@ -125,7 +126,7 @@ type FS struct {
 	// (private.go).
 	squash rootSquash
 
-	watches watchList // requests in flight, for interrupts (callCtx)
+	watches caller.Watches // requests in flight, for interrupts (callCtx)
 	// segBufs: read-ahead segments' memory, reused (readahead.go).
 	segBufs segPool
 	// kept: directories' READDIRPLUS replies kept for their next
@@ -192,6 +193,7 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 		f.nameMax = pc.NameMax
 	}
 	f.creds = newCredCache()
+	f.watches.Log = f.log
 	if o.Locker != nil {
 		o.Locker.OnLost(f.lockLost)
 	}
@@ -213,7 +215,7 @@ func (f *FS) Client() *nfs3.Client { return f.c }
 // Close cancels the NFS calls in progress. It does not close the client.
 func (f *FS) Close() error {
 	f.cancel()
-	f.watches.cancelAll() // the FUSE requests' calls (callCtx)
+	f.watches.Close() // the FUSE requests' calls (callCtx)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
@@ -215,8 +216,8 @@ type dirtyWrite struct {
 	off   int64
 	data  []byte
 	verf  nfs3.WriteVerf
-	whole bool     // data is a whole buffer of FS.wbufs that nothing else holds
-	cred  callCred // the WRITE's: its COMMIT's and resend's (ident.go)
+	whole bool        // data is a whole buffer of FS.wbufs that nothing else holds
+	cred  caller.Cred // the WRITE's: its COMMIT's and resend's
 }
 
 // sillyName is where an unlinked open file lives until its last close.
