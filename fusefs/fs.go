@@ -72,6 +72,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/readahead"
 	"github.com/nfsrdma/nfsrdma/fusefs/internal/wbuf"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
@@ -128,7 +129,7 @@ type FS struct {
 
 	watches caller.Watches // requests in flight, for interrupts (callCtx)
 	// segBufs: read-ahead segments' memory, reused (readahead.go).
-	segBufs segPool
+	segBufs readahead.Pool
 	// kept: directories' READDIRPLUS replies kept for their next
 	// listing (dircache.go).
 	kept keptLists

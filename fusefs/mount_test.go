@@ -505,7 +505,7 @@ func TestReadAheadReusesSegments(t *testing.T) {
 	// segments ahead, as many behind, and the ones being read), and again
 	// whenever every window happened to be closed at once (the memory kept
 	// then shrinks to one window's worth).
-	made, reads := m.fsys.segBufs.made.Load(), m.calls(nfs3.ProcRead)
+	made, reads := m.fsys.segBufs.Made(), m.calls(nfs3.ProcRead)
 	t.Logf("segment buffers made %d, READs %d", made, reads)
 	if reads < readers*passes*(size>>16) {
 		t.Fatalf("%d READs: the files were not read through the mount", reads)
@@ -535,7 +535,7 @@ func TestReadAheadOneReaderKeepsOneWindow(t *testing.T) {
 			t.Fatalf("%s: %d bytes read, differs", name, len(got))
 		}
 	}
-	made, reads := m.fsys.segBufs.made.Load(), m.calls(nfs3.ProcRead)
+	made, reads := m.fsys.segBufs.Made(), m.calls(nfs3.ProcRead)
 	t.Logf("segment buffers made %d, READs %d", made, reads)
 	if reads < files*(size>>16) {
 		t.Fatalf("%d READs: the files were not read through the mount", reads)
