@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -95,79 +94,5 @@ func TestToErrno(t *testing.T) {
 		if got := toErrno(tc.err); got != tc.want {
 			t.Errorf("toErrno(%v) = %v, want %v", tc.err, got, tc.want)
 		}
-	}
-}
-
-// fakeTransport answers every call after a fixed delay, or fails.
-type fakeTransport struct {
-	delay time.Duration
-	err   error
-}
-
-func (f *fakeTransport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
-	time.Sleep(f.delay)
-	if f.err != nil {
-		return nil, f.err
-	}
-	return sunrpc.NewReply(make([]byte, 100), nil, nil), nil
-}
-
-func (f *fakeTransport) Close() error { return nil }
-
-func callHead(prog, proc uint32) []byte {
-	h := sunrpc.CallHeader{XID: 1, Prog: prog, Vers: 3, Proc: proc}
-	return sunrpc.AppendCall(nil, &h)
-}
-
-func TestMeteredTransport(t *testing.T) {
-	ft := &fakeTransport{delay: 2 * time.Millisecond}
-	m := NewMeteredTransport(ft)
-	ctx := context.Background()
-	for range 3 {
-		if _, err := m.RoundTrip(ctx, &sunrpc.Request{Head: callHead(nfs3.Program, nfs3.ProcRead), Bulk: make([]byte, 10)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ft.err = &sunrpc.CallError{Err: context.DeadlineExceeded}
-	m.RoundTrip(ctx, &sunrpc.Request{Head: callHead(nfs3.Program, nfs3.ProcGetattr)})
-	m.RoundTrip(ctx, &sunrpc.Request{Head: callHead(nfs3.MountProgram, nfs3.MountProcMnt)})
-	m.RoundTrip(ctx, &sunrpc.Request{Head: []byte{1, 2, 3}}) // not a call: not counted
-
-	st := m.Stats()
-	if len(st) != 3 {
-		t.Fatalf("%d procedures: %+v", len(st), st)
-	}
-	get, read, mnt := st[0], st[1], st[2]
-	if get.Name != "GETATTR" || read.Name != "READ" || mnt.Name != "MOUNT/1" {
-		t.Fatalf("names %q %q %q", get.Name, read.Name, mnt.Name)
-	}
-	if read.Calls != 3 || read.Errors != 0 || read.BytesRecv != 300 || read.BytesSent != uint64(3*(len(callHead(0, 0))+12)) {
-		t.Errorf("READ %+v", read)
-	}
-	if read.RTTMax < 2*time.Millisecond || read.RTTTotal < 6*time.Millisecond || read.MeanRTT() < 2*time.Millisecond {
-		t.Errorf("READ times %v %v", read.RTTMax, read.RTTTotal)
-	}
-	var hist uint64
-	for _, n := range read.RTTHist {
-		hist += n
-	}
-	if hist != 3 {
-		t.Errorf("READ histogram holds %d calls", hist)
-	}
-	if get.Errors != 1 || get.Timeouts != 1 {
-		t.Errorf("GETATTR %+v", get)
-	}
-	var sb strings.Builder
-	if err := WriteStats(&sb, st); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(sb.String(), "READ: calls 3 errors 0") {
-		t.Errorf("WriteStats:\n%s", sb.String())
-	}
-	if rttBucket(0) != 0 || rttBucket(time.Microsecond) != 1 || rttBucket(time.Hour) != RTTBuckets-1 {
-		t.Error("rttBucket")
-	}
-	if BucketBound(1) != 2*time.Microsecond || BucketBound(RTTBuckets-1) != 0 {
-		t.Error("BucketBound")
 	}
 }

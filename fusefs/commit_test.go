@@ -209,7 +209,7 @@ func TestKeptWritesMemory(t *testing.T) {
 		check(t, os.WriteFile(filepath.Join(m.dir, fmt.Sprint("f", i)), data, 0o644))
 	}
 	writes := m.us.unstable.Load() + m.us.fileSync.Load()
-	if made := int64(wbufs.made.Load()); writes < files*size/(16<<10) || made > writes/3 {
+	if made := int64(wbufs.Made()); writes < files*size/(16<<10) || made > writes/3 {
 		t.Errorf("%d WRITEs took %d fresh buffers; want at most a third", writes, made)
 	}
 
@@ -221,7 +221,7 @@ func TestKeptWritesMemory(t *testing.T) {
 	_, err = f.Write(first)
 	check(t, err)
 	check(t, unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER))
-	made := wbufs.made.Load()
+	made := wbufs.Made()
 	for i := range 4 {
 		for j := range data {
 			data[j] = byte(i*13 + j)
@@ -229,7 +229,7 @@ func TestKeptWritesMemory(t *testing.T) {
 		check(t, os.WriteFile(filepath.Join(m.dir, fmt.Sprint("g", i)), data, 0o644))
 	}
 	// first holds its buffers (15) until its COMMIT; the rest are reused.
-	if d := wbufs.made.Load() - made; d > 64/3 {
+	if d := wbufs.Made() - made; d > 64/3 {
 		t.Errorf("4 more files (64 WRITEs) took %d fresh buffers; want at most a third", d)
 	}
 	// The server "restarts" and loses first's writes: close resends them

@@ -14,6 +14,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
@@ -377,8 +378,8 @@ func (s *fileState) gather(ctx context.Context, data []byte, off int64) error {
 	// Another opener's writes are not gathered with these: each WRITE
 	// carries its writer's credential (as the kernel client coalesces
 	// only the pages of one open context).
-	if s.pend != nil && off == s.pendOff+int64(len(s.pend)) && len(s.pend)+len(data) <= wsize && sameCred(s.pendCtx, ctx) {
-		s.pend = n.fsys.wbufs.appendPend(s.pend, data)
+	if s.pend != nil && off == s.pendOff+int64(len(s.pend)) && len(s.pend)+len(data) <= wsize && caller.SameCred(s.pendCtx, ctx) {
+		s.pend = n.fsys.wbufs.AppendPend(s.pend, data)
 		s.wrEnd = max(s.wrEnd, end)
 		if len(s.pend) < wsize {
 			s.mu.Unlock()
@@ -398,7 +399,7 @@ func (s *fileState) gather(ctx context.Context, data []byte, off int64) error {
 		// One write behind per WRITE, each in a pooled buffer.
 		for i := 0; i < len(data); i += wsize {
 			piece := data[i:min(len(data), i+wsize)]
-			if err := s.writeBehind(ctx, n.fsys.wbufs.clone(piece), off+int64(i), false); err != nil {
+			if err := s.writeBehind(ctx, n.fsys.wbufs.Clone(piece), off+int64(i), false); err != nil {
 				return err
 			}
 		}
@@ -408,9 +409,9 @@ func (s *fileState) gather(ctx context.Context, data []byte, off int64) error {
 	if s.pend != nil {
 		// Another write started gathering meanwhile: this one goes alone.
 		s.mu.Unlock()
-		return s.writeBehind(ctx, n.fsys.wbufs.clone(data), off, false)
+		return s.writeBehind(ctx, n.fsys.wbufs.Clone(data), off, false)
 	}
-	s.pend = n.fsys.wbufs.appendPend(nil, data)
+	s.pend = n.fsys.wbufs.AppendPend(nil, data)
 	s.pendOff, s.pendCtx = off, ctx
 	// Counted as a WRITE in flight: the size shown covers it.
 	s.wrInflight++
@@ -467,7 +468,7 @@ func (s *fileState) syncPend(ctx context.Context) (bool, error) {
 	buf, off, pctx := s.takePendLocked()
 	s.mu.Unlock()
 	// With the credential of the opener that wrote them, whoever closes.
-	err := s.writeRange(withCred(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
+	err := s.writeRange(caller.WithCredOf(ctx, pctx), buf, off, nfs3.FileSync, ownedWhole)
 	s.endWrite()
 	s.dataGen.Add(1)
 	return true, err
@@ -577,7 +578,7 @@ func (s *fileState) writeRange(ctx context.Context, data []byte, off int64, how 
 	if own == ownedWhole {
 		defer func() {
 			if !kept {
-				n.fsys.wbufs.put(data)
+				n.fsys.wbufs.Put(data)
 			}
 		}()
 	}
@@ -600,13 +601,13 @@ func (s *fileState) writeRange(ctx context.Context, data []byte, off int64, how 
 			piece, whole := chunk[:r.Count], false
 			switch {
 			case own == lent:
-				piece, whole = n.fsys.wbufs.clone(piece), true
+				piece, whole = n.fsys.wbufs.Clone(piece), true
 			case own == ownedWhole && done == 0 && len(piece) == len(data):
 				whole = true // all of data, in one entry: given back after its COMMIT
 			}
 			kept = kept || own != lent
 			s.mu.Lock()
-			s.dirty = append(s.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: credOf(ctx)})
+			s.dirty = append(s.dirty, dirtyWrite{off: off + int64(done), data: piece, verf: r.Verf, whole: whole, cred: caller.CredOf(ctx)})
 			s.ndirty += int(r.Count)
 			s.mu.Unlock()
 		}
@@ -657,7 +658,7 @@ func (s *fileState) commitPendingLocked(ctx context.Context) error {
 		// With the credential of the first write it commits, whoever
 		// asks for it, as the kernel client's COMMIT carries its first
 		// request's open context's.
-		cctx := pending[0].cred.on(ctx)
+		cctx := pending[0].cred.On(ctx)
 		var r nfs3.CommitResult
 		err := n.do(cctx, func(fh nfs3.FileHandle) (err error) {
 			r, err = n.fsys.c.Commit(cctx, fh, 0, 0)
@@ -674,7 +675,7 @@ func (s *fileState) commitPendingLocked(ctx context.Context) error {
 			case d.verf != r.Verf:
 				lost = append(lost, d)
 			case d.whole:
-				n.fsys.wbufs.put(d.data) // durable: its memory serves another write
+				n.fsys.wbufs.Put(d.data) // durable: its memory serves another write
 			}
 		}
 		if len(lost) == 0 {
@@ -692,7 +693,7 @@ func (s *fileState) commitPendingLocked(ctx context.Context) error {
 			if d.whole {
 				own = ownedWhole
 			}
-			if err := s.writeRange(d.cred.on(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
+			if err := s.writeRange(d.cred.On(ctx), d.data, d.off, nfs3.FileSync, own); err != nil {
 				s.requeue(lost[i+1:])
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
@@ -103,8 +104,8 @@ type dirtyWrite struct {
 	off   int64
 	data  []byte
 	verf  nfs3.WriteVerf
-	whole bool     // data is a whole buffer of FS.wbufs that nothing else holds
-	cred  callCred // the WRITE's: its COMMIT's and resend's (ident.go)
+	whole bool        // data is a whole buffer of FS.wbufs that nothing else holds
+	cred  caller.Cred // the WRITE's: its COMMIT's and resend's
 }
 
 // sillyName is where an unlinked open file lives until its last close.

@@ -105,6 +105,6 @@ func TestFioThroughput(t *testing.T) {
 		t.Logf("%-20s %7.1f MiB/s", job.name, (r.Jobs[0].Read.BW+r.Jobs[0].Write.BW)/1024)
 	}
 	var sb strings.Builder
-	check(t, WriteStats(&sb, m.metered.Stats()))
+	check(t, sunrpc.WriteStats(&sb, m.metered.Stats()))
 	t.Logf("per-operation statistics:\n%s", sb.String())
 }

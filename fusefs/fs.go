@@ -79,6 +79,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/caller"
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/readahead"
+	"github.com/nfsrdma/nfsrdma/fusefs/internal/wbuf"
 	"github.com/nfsrdma/nfsrdma/nfs3"
 )
 
@@ -102,7 +105,7 @@ type FS struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	creds   *credCache
+	creds   credCache
 	nameMax uint32 // PATHCONF name_max
 
 	sillyCount atomic.Uint64
@@ -132,14 +135,14 @@ type FS struct {
 	// (rootsquash.go).
 	squash rootSquash
 
-	watches watchList // requests in flight, for interrupts (callCtx)
+	watches caller.Watches // requests in flight, for interrupts (callCtx)
 	// segBufs: read-ahead segments' memory, reused (readahead.go).
-	segBufs segPool
+	segBufs readahead.Pool
 	// kept: directories' READDIRPLUS replies kept for their next
 	// listing (dircache.go).
 	kept keptLists
-	// wbufs: the memory of writes behind and kept writes, reused (wbuf.go).
-	wbufs   *writeBufs
+	// wbufs: the memory of writes behind and kept writes, reused.
+	wbufs   *wbuf.Pool
 	lockers lockFiles // the open files each lock owner locked through (lock.go)
 	// now and afterFunc are the clock and the timers of this mount's own
 	// delays (time.Now; time.AfterFunc when nil): a gathered write's
@@ -211,12 +214,13 @@ func New(ctx context.Context, c *nfs3.Client, root nfs3.FileHandle, opts *Option
 	if f.maxDirty <= 0 {
 		f.maxDirty = DefaultMaxDirty
 	}
-	f.wbufs = newWriteBufs(int(f.wsize), f.writeBehind, f.maxDirty)
+	f.wbufs = wbuf.New(int(f.wsize), f.writeBehind, f.maxDirty)
 	f.nameMax = nfs3.MaxNameLen
 	if pc, err := c.Pathconf(ctx, root); err == nil && pc.NameMax > 0 {
 		f.nameMax = pc.NameMax
 	}
 	f.creds = newCredCache()
+	f.watches.Log = f.log
 	if o.Locker != nil {
 		o.Locker.OnLost(f.lockLost)
 	}
@@ -238,7 +242,7 @@ func (f *FS) Client() *nfs3.Client { return f.c }
 // Close cancels the NFS calls in progress. It does not close the client.
 func (f *FS) Close() error {
 	f.cancel()
-	f.watches.cancelAll() // the FUSE requests' calls (callCtx)
+	f.watches.Close() // the FUSE requests' calls (callCtx)
 	return nil
 }
 

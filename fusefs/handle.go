@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"syscall"
 
@@ -88,16 +87,13 @@ func (n *node) refresh(ctx context.Context, old nfs3.FileHandle) (nfs3.FileHandl
 	return r.FH, true
 }
 
-// readAt reads len(p) bytes at off with pipelined READs (RFC 1813 §3.3.6);
-// n < len(p) comes with io.EOF when the file ends first.
+// readAt reads len(p) bytes at off with pipelined READs (RFC 1813 §3.3.6;
+// a request of at most rsize runs in the caller's goroutine: nfs3's
+// ReadAt); n < len(p) comes with io.EOF when the file ends first.
 func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var m int
 	err := n.do(ctx, func(fh nfs3.FileHandle) (err error) {
-		if len(p) <= int(n.fsys.rsize) {
-			m, err = n.readOne(ctx, fh, p, off)
-		} else {
-			m, err = n.fsys.c.ReadAt(ctx, fh, p, off)
-		}
+		m, err = n.fsys.c.ReadAt(ctx, fh, p, off)
 		return err
 	})
 	if (err == nil || err == io.EOF) && !n.fsys.noAtime.Load() {
@@ -106,30 +102,6 @@ func (n *node) readAt(ctx context.Context, p []byte, off int64) (int, error) {
 		n.mu.Unlock()
 	}
 	return m, err
-}
-
-// readOne reads len(p) bytes, at most rsize, at off: one READ (more only
-// if the server answers short), in the caller's goroutine (ReadAt's
-// pipelining would hand even a single READ to a goroutine of its own).
-func (n *node) readOne(ctx context.Context, fh nfs3.FileHandle, p []byte, off int64) (int, error) {
-	m := 0
-	for m < len(p) {
-		r, err := n.fsys.c.Read(ctx, fh, uint64(off)+uint64(m), p[m:])
-		if err != nil {
-			return m, err
-		}
-		m += r.Count
-		if r.EOF {
-			if m == len(p) {
-				return m, nil
-			}
-			return m, io.EOF
-		}
-		if r.Count == 0 {
-			return m, fmt.Errorf("nfs3: READ at %d: %w", off+int64(m), io.ErrNoProgress)
-		}
-	}
-	return m, nil
 }
 
 // markGone records that err, the result of a call with n's handle after

@@ -51,7 +51,7 @@ type mounted struct {
 	dir     string
 	fsys    *FS
 	server  *fuse.Server
-	metered *MeteredTransport
+	metered *sunrpc.MeteredTransport
 }
 
 // mountGoNFS mounts srv's export at a temporary directory with opts (nil:
@@ -88,7 +88,7 @@ func mountGoNFSSetup(t testing.TB, srv *fusefstest.Server, opts *Options, wrap f
 	if wrap != nil {
 		tr = wrap(tcp)
 	}
-	m := &mounted{dir: t.TempDir(), metered: NewMeteredTransport(tr)}
+	m := &mounted{dir: t.TempDir(), metered: sunrpc.NewMeteredTransport(tr, nfs3.ProgramProcName)}
 	tgt, err := nfs3.Mount(ctx, srv.Host, "/", &nfs3.MountOptions{MountPort: srv.Port, Transport: m.metered})
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +265,7 @@ func TestFileOps(t *testing.T) {
 				}
 			}
 			var sb strings.Builder
-			check(t, WriteStats(&sb, m.metered.Stats()))
+			check(t, sunrpc.WriteStats(&sb, m.metered.Stats()))
 			t.Logf("per-operation statistics:\n%s", sb.String())
 		})
 	}
@@ -505,7 +505,7 @@ func TestReadAheadReusesSegments(t *testing.T) {
 	// segments ahead, as many behind, and the ones being read), and again
 	// whenever every window happened to be closed at once (the memory kept
 	// then shrinks to one window's worth).
-	made, reads := m.fsys.segBufs.made.Load(), m.calls(nfs3.ProcRead)
+	made, reads := m.fsys.segBufs.Made(), m.calls(nfs3.ProcRead)
 	t.Logf("segment buffers made %d, READs %d", made, reads)
 	if reads < readers*passes*(size>>16) {
 		t.Fatalf("%d READs: the files were not read through the mount", reads)
@@ -535,7 +535,7 @@ func TestReadAheadOneReaderKeepsOneWindow(t *testing.T) {
 			t.Fatalf("%s: %d bytes read, differs", name, len(got))
 		}
 	}
-	made, reads := m.fsys.segBufs.made.Load(), m.calls(nfs3.ProcRead)
+	made, reads := m.fsys.segBufs.Made(), m.calls(nfs3.ProcRead)
 	t.Logf("segment buffers made %d, READs %d", made, reads)
 	if reads < files*(size>>16) {
 		t.Fatalf("%d READs: the files were not read through the mount", reads)

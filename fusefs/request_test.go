@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -264,37 +263,4 @@ func TestNameTooLong(t *testing.T) {
 	}
 	// A name of exactly name_max is fine.
 	check(t, os.WriteFile(m.path(long[1:]), nil, 0o644))
-}
-
-// TestCredCacheGroups: the supplementary groups come from the caller's
-// /proc status, at most 16.
-func TestCredCacheGroups(t *testing.T) {
-	dir := t.TempDir()
-	check(t, os.MkdirAll(filepath.Join(dir, "42"), 0o755))
-	var gs []string
-	for i := range 20 {
-		gs = append(gs, strconv.Itoa(100+i))
-	}
-	check(t, os.WriteFile(filepath.Join(dir, "42", "status"), []byte("Name:\tx\nUid:\t5\t5\t5\t5\nGroups:\t"+strings.Join(gs, " ")+" \nVmPeak:\t1 kB\n"), 0o644))
-	c := newCredCache()
-	c.procDir = dir
-	var mu sync.Mutex
-	now := time.Unix(1000, 0)
-	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	got := c.groups(42)
-	if len(got) != sunrpc.MaxAuthSysGIDs || got[0] != 100 || got[15] != 115 {
-		t.Fatalf("groups: %v", got)
-	}
-	if g := c.groups(43); g != nil {
-		t.Fatalf("groups of a missing pid: %v", g)
-	}
-	// A Groups line the reader's buffer cuts (a status far longer than
-	// the kernel's): the groups read are whole numbers, never the front
-	// of one cut short.
-	check(t, os.MkdirAll(filepath.Join(dir, "44"), 0o755))
-	long := "Name:\t" + strings.Repeat("x", 4096-len("Name:\t\nGroups:\t100 101 102 10")) + "\nGroups:\t100 101 102 103456 104\n"
-	check(t, os.WriteFile(filepath.Join(dir, "44", "status"), []byte(long), 0o644))
-	if got := c.groups(44); !slices.Equal(got, []uint32{100, 101, 102}) {
-		t.Fatalf("groups of a Groups line cut at 4096 bytes: %v, want [100 101 102]", got)
-	}
 }

@@ -80,6 +80,9 @@ func (c *Client) window(ctx context.Context, n int, fn func(i int) (stop bool)) 
 
 // ReadAt reads len(p) bytes of fh at off with pipelined READs, honouring
 // io.ReaderAt: n < len(p) comes with an error, io.EOF when the file ends first.
+// A read of at most rsize bytes runs in the caller's goroutine; a longer one
+// keeps up to ClientOptions.Window READs outstanding, each in a goroutine of
+// its own.
 func (c *Client) ReadAt(ctx context.Context, fh FileHandle, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("nfs3: ReadAt: negative offset %d", off)
@@ -92,6 +95,18 @@ func (c *Client) ReadAt(ctx context.Context, fh FileHandle, p []byte, off int64)
 		return 0, err
 	}
 	chunk := int(rsize)
+	if len(p) <= chunk {
+		// One chunk: its READ (more only if the server answers short) runs
+		// in the caller's goroutine. The window would hand even a single
+		// READ to a goroutine of its own, a goroutine start and a wake-up
+		// per call for the commonest request of a file system (a 4 KiB to
+		// rsize read of the page cache or the read-ahead).
+		n, eof, err := c.readFull(ctx, fh, p, off)
+		if err == nil && eof && n < len(p) {
+			err = io.EOF
+		}
+		return n, err
+	}
 	nchunks := (len(p) + chunk - 1) / chunk
 	type outcome struct {
 		n       int

@@ -65,6 +65,19 @@ func ProcName(proc uint32) string {
 	return fmt.Sprintf("PROC%d", proc)
 }
 
+// ProgramProcName names procedure proc of program prog for an RPC meter
+// (sunrpc.ProcNamer): the RFC 1813 name for NFS ("READ"), "MOUNT/proc" for
+// MOUNT; ok is false for any other program.
+func ProgramProcName(prog, proc uint32) (name string, ok bool) {
+	switch prog {
+	case Program:
+		return ProcName(proc), true
+	case MountProgram:
+		return fmt.Sprintf("MOUNT/%d", proc), true
+	}
+	return "", false
+}
+
 // FileHandle is nfs_fh3 (RFC 1813 §2.5): an opaque handle of at most FHSize
 // bytes.
 type FileHandle []byte

@@ -12,6 +12,11 @@
 // DDP-eligible result was placed apart (an RDMA Write chunk) arrives as a Reply
 // with Bulk set, and Decoder.Bulk reads that item from it.
 //
+// MeteredTransport wraps any Transport with per-procedure accounting (calls,
+// errors, timeouts, bytes each way, a round-trip histogram), the numbers of
+// the per-op lines of /proc/self/mountstats; the programs' packages name
+// their procedures for it (ProcNamer), so that this package imports none.
+//
 // Encoders append to a caller's slice. Decoders check every bound and never
 // panic; a Decoder keeps its first error, which Err reports.
 package sunrpc

@@ -50,7 +50,7 @@ type mountServer struct {
 	rdma    []*xprt.Transport      // proto=rdma: nconnect of them
 	pool    poolConfig             // proto=rdma: their pool, sized to RLIMIT_MEMLOCK
 	tcp     []*sunrpc.TCPTransport // proto=tcp
-	metered *fusefs.MeteredTransport
+	metered *sunrpc.MeteredTransport
 	client  *nfs3.Client
 	fsys    *fusefs.FS
 	locks   *nlm.Locker // nil: nolock or local_lock=all
@@ -383,7 +383,7 @@ func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root n
 			return nil, err
 		}
 	}
-	m.metered = fusefs.NewMeteredTransport(t)
+	m.metered = sunrpc.NewMeteredTransport(t, nfs3.ProgramProcName)
 	return res.FH, nil
 }
 

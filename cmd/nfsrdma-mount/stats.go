@@ -195,16 +195,16 @@ func writeMountstats(w io.Writer, s *snapshot) {
 		fmt.Fprintf(w, "\tnfsrdma-fuse:\t%s\n", b.String())
 	}
 	fmt.Fprintf(w, "\tnfsrdma-rtt:\tper op: calls, errors, timeouts, bytes, mean and max round trip, histogram\n")
-	var ops []fusefs.OpStats
+	var ops []sunrpc.OpStats
 	for _, o := range s.Ops {
-		st := fusefs.OpStats{Prog: o.Prog, Proc: o.Proc, Name: o.Name, Calls: o.Calls, Errors: o.Errors, Timeouts: o.Timeouts,
+		st := sunrpc.OpStats{Prog: o.Prog, Proc: o.Proc, Name: o.Name, Calls: o.Calls, Errors: o.Errors, Timeouts: o.Timeouts,
 			BytesSent: o.BytesSent, BytesRecv: o.BytesRecv, RTTTotal: time.Duration(o.RTTTotalUS) * time.Microsecond,
 			RTTMax: time.Duration(o.RTTMaxUS) * time.Microsecond}
 		copy(st.RTTHist[:], o.RTTHist)
 		ops = append(ops, st)
 	}
 	var rtt bytes.Buffer
-	fusefs.WriteStats(&rtt, ops)
+	sunrpc.WriteStats(&rtt, ops)
 	for _, line := range strings.Split(strings.TrimRight(rtt.String(), "\n"), "\n") {
 		if line != "" {
 			fmt.Fprintf(w, "\t%s\n", line)

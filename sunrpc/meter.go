@@ -1,4 +1,4 @@
-package fusefs
+package sunrpc
 
 import (
 	"context"
@@ -10,9 +10,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/nfsrdma/nfsrdma/nfs3"
-	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
 // RTTBuckets is the number of round-trip-time histogram buckets: bucket i
@@ -25,7 +22,7 @@ const RTTBuckets = 24
 // transport, the bytes each way and the round-trip times.
 type OpStats struct {
 	Prog, Proc uint32
-	Name       string // "READ", "GETATTR"... or "prog/proc" for other programs
+	Name       string // the ProcNamer's name, or "prog/proc"
 	Calls      uint64 // RoundTrips (a retransmission by the RPC layer's retry policy counts again)
 	Errors     uint64 // RoundTrips that returned an error (timeouts included)
 	Timeouts   uint64 // RoundTrips ended by a deadline (retransmitted or given up)
@@ -44,27 +41,38 @@ func (s *OpStats) MeanRTT() time.Duration {
 	return s.RTTTotal / time.Duration(s.Calls)
 }
 
-// MeteredTransport is a sunrpc.Transport that counts and times every call by
+// ProcNamer names procedure proc of program prog for the counters ("READ",
+// "MOUNT/1"); ok is false for a program it does not know. The programs'
+// packages supply it (nfs3.ProgramProcName), so that this package knows
+// none of them.
+type ProcNamer func(prog, proc uint32) (name string, ok bool)
+
+// MeteredTransport is a Transport that counts and times every call by
 // program and procedure, read from the call header (RFC 5531 §9: xid,
-// msg_type, rpcvers, prog, vers, proc). It is safe for concurrent use.
+// msg_type, rpcvers, prog, vers, proc). A message that is not a call is
+// passed through uncounted. It is safe for concurrent use: mu guards ops
+// and each OpStats in it.
 type MeteredTransport struct {
-	sunrpc.Transport
+	Transport
+	names ProcNamer
+	now   func() time.Time // time.Now; tests give a clock of their own
 
 	mu  sync.Mutex
 	ops map[uint64]*OpStats // by prog<<32 | proc
 }
 
-// NewMeteredTransport wraps t. Close closes t.
-func NewMeteredTransport(t sunrpc.Transport) *MeteredTransport {
-	return &MeteredTransport{Transport: t, ops: make(map[uint64]*OpStats)}
+// NewMeteredTransport wraps t, naming procedures with names (nil: every
+// one "prog/proc"). Close closes t.
+func NewMeteredTransport(t Transport, names ProcNamer) *MeteredTransport {
+	return &MeteredTransport{Transport: t, names: names, now: time.Now, ops: make(map[uint64]*OpStats)}
 }
 
 // RoundTrip times req's round trip on the wrapped transport.
-func (m *MeteredTransport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
-	prog, proc, ok := callProc(req.Head)
-	start := time.Now()
+func (m *MeteredTransport) RoundTrip(ctx context.Context, req *Request) (*Reply, error) {
+	prog, proc, ok := CallProcedure(req.Head)
+	start := m.now()
 	rep, err := m.Transport.RoundTrip(ctx, req)
-	rtt := time.Since(start)
+	rtt := m.now().Sub(start)
 	if !ok {
 		return rep, err
 	}
@@ -73,7 +81,7 @@ func (m *MeteredTransport) RoundTrip(ctx context.Context, req *sunrpc.Request) (
 	key := uint64(prog)<<32 | uint64(proc)
 	s := m.ops[key]
 	if s == nil {
-		s = &OpStats{Prog: prog, Proc: proc, Name: procName(prog, proc)}
+		s = &OpStats{Prog: prog, Proc: proc, Name: m.procName(prog, proc)}
 		m.ops[key] = s
 	}
 	s.Calls++
@@ -90,6 +98,15 @@ func (m *MeteredTransport) RoundTrip(ctx context.Context, req *sunrpc.Request) (
 	s.RTTMax = max(s.RTTMax, rtt)
 	s.RTTHist[rttBucket(rtt)]++
 	return rep, err
+}
+
+func (m *MeteredTransport) procName(prog, proc uint32) string {
+	if m.names != nil {
+		if name, ok := m.names(prog, proc); ok {
+			return name
+		}
+	}
+	return fmt.Sprintf("%d/%d", prog, proc)
 }
 
 // Stats returns a snapshot of the counters of every procedure called so
@@ -110,22 +127,13 @@ func (m *MeteredTransport) Stats() []OpStats {
 	return out
 }
 
-// callProc reads prog and proc from an RPC call header.
-func callProc(head []byte) (prog, proc uint32, ok bool) {
-	if len(head) < 24 || binary.BigEndian.Uint32(head[4:]) != uint32(sunrpc.MsgCall) {
+// CallProcedure reads the program and procedure numbers from the head of
+// an RPC call message (RFC 5531 §9); ok is false when head is not one.
+func CallProcedure(head []byte) (prog, proc uint32, ok bool) {
+	if len(head) < 24 || binary.BigEndian.Uint32(head[4:]) != uint32(MsgCall) {
 		return 0, 0, false
 	}
 	return binary.BigEndian.Uint32(head[12:]), binary.BigEndian.Uint32(head[20:]), true
-}
-
-func procName(prog, proc uint32) string {
-	switch prog {
-	case nfs3.Program:
-		return nfs3.ProcName(proc)
-	case nfs3.MountProgram:
-		return fmt.Sprintf("MOUNT/%d", proc)
-	}
-	return fmt.Sprintf("%d/%d", prog, proc)
 }
 
 func rttBucket(d time.Duration) int {
