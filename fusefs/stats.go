@@ -124,6 +124,14 @@ func procName(prog, proc uint32) string {
 		return nfs3.ProcName(proc)
 	case nfs3.MountProgram:
 		return fmt.Sprintf("MOUNT/%d", proc)
+	case nfs3.ACLProgram:
+		switch proc {
+		case nfs3.ACLProcGetacl:
+			return "NFSACL/GETACL"
+		case nfs3.ACLProcSetacl:
+			return "NFSACL/SETACL"
+		}
+		return fmt.Sprintf("NFSACL/%d", proc)
 	}
 	return fmt.Sprintf("%d/%d", prog, proc)
 }
