@@ -55,6 +55,10 @@
 //   - Locks: with Options.Locker, POSIX and flock locks are taken on the
 //     server with NLM (see lock.go), else they stay local to this machine
 //     (nfs(5) nolock).
+//   - New files, directories and devices: the creator's umask is applied
+//     by the mount (FUSE DONT_MASK), and left out in a directory that has
+//     a default POSIX ACL, asked of the server with NFSACL, as the Linux
+//     client does (Options.NoACL: always applied; acl.go).
 //   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
 //     attributes and no fallocate.
 package fusefs
