@@ -227,6 +227,7 @@ func nsReplaceSameIno(t *testing.T, path string, data []byte) {
 			if err := os.Rename(p, path); err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("%s: the new file has the removed one's inode %d (other new files first: %v)", path, old, got)
 			return
 		}
 		fillers = append(fillers, p)
