@@ -154,7 +154,8 @@ func (n *node) dirChanged(w *nfs3.WccData, ok bool, changes ...nameChange) {
 		n.attrs.invalidate()
 		return
 	}
-	n.carryAccessLocked(w) // the mount's own change (access.go)
+	n.carryAccessLocked(w)                               // the mount's own change (access.go)
+	n.fsys.defaultACLs.changedBy(n.fh, &n.attrs.attr, w) // likewise (acl.go)
 	lo, hi := n.fsys.acBounds(w.After.Type)
 	v := *w.After
 	n.floorSize(&v)

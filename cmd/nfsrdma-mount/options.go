@@ -332,6 +332,8 @@ var optionTable = []option{
 		func(o *mountOptions) []string { return showIf(o.NoResvPort, "noresvport") }),
 	flagPair("lock", "nolock", func(o *mountOptions) *bool { return &o.NoLock },
 		func(o *mountOptions) []string { return showIf(o.NoLock, "nolock") }),
+	flagPair("acl", "noacl", func(o *mountOptions) *bool { return &o.FS.NoACL },
+		func(o *mountOptions) []string { return showIf(o.FS.NoACL, "noacl") }),
 	{names: []string{"local_lock"}, value: choice, choices: []string{"none", "flock", "posix", "all"}, hint: "want none, flock, posix or all",
 		set:  func(p *optionParser, _, val string, _ int64) error { p.o.LocalLock = val; return nil },
 		show: func(o *mountOptions) []string { return []string{"local_lock=" + o.LocalLock} }},
