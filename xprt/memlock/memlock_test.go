@@ -88,7 +88,6 @@ func TestMemlockErrorNamesTheFix(t *testing.T) {
 	}
 }
 
-
 // TestFit: a Config that leaves the pool to xprt is sized to the limit; one
 // that sets it is checked as it is; neither goes over the limit.
 func TestFit(t *testing.T) {
