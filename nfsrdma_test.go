@@ -187,21 +187,7 @@ func TestMount(t *testing.T) {
 	if _, err := tgt.Mkdir(ctx, "docs", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data := bytes.Repeat([]byte("nfsrdma "), 40<<10) // 320 KiB: several READs and WRITEs
-	f, err := tgt.OpenFileContext(ctx, "docs/a", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteContext(ctx, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.CloseContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := tgt.ReadFileContext(ctx, "docs/a")
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(data))
-	}
+	writeReadBack(ctx, t, tgt, "docs/a", bytes.Repeat([]byte("nfsrdma "), 40<<10)) // 320 KiB: several READs and WRITEs
 	ents, err := tgt.ReadDirContext(ctx, "docs")
 	if err != nil || len(ents) != 1 || ents[0].Name() != "a" {
 		t.Fatalf("ReadDirContext(docs) = %v, %v", ents, err)
@@ -223,6 +209,24 @@ func TestMount(t *testing.T) {
 	}
 	if _, err := b.fab.OpenDevice("sim0"); !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("the fabric Mount opened is still open after Close (OpenDevice: %v)", err)
+	}
+}
+
+// writeReadBack creates name with data and reads it back.
+func writeReadBack(ctx context.Context, t *testing.T, tgt *nfs3.Target, name string, data []byte) {
+	t.Helper()
+	f, err := tgt.OpenFileContext(ctx, name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteContext(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CloseContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tgt.ReadFileContext(ctx, name); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes of %s (%v), want %d", len(got), name, err, len(data))
 	}
 }
 
@@ -329,20 +333,7 @@ func TestMountSizedToMemlock(t *testing.T) {
 	if _, err := memlock.Fit(&cfg, 2, 8<<20, true); err != nil {
 		t.Errorf("two connections at %d bytes do not fit 8 MiB: %v", cfg.MaxIO, err)
 	}
-	data := bytes.Repeat([]byte("memlock "), 64<<10) // 512 KiB: several READs and WRITEs
-	f, err := tgt.OpenFileContext(ctx, "f", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteContext(ctx, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.CloseContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := tgt.ReadFileContext(ctx, "f"); err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(data))
-	}
+	writeReadBack(ctx, t, tgt, "f", bytes.Repeat([]byte("memlock "), 64<<10)) // 512 KiB: several READs and WRITEs
 	b.srv.Close()
 }
 
