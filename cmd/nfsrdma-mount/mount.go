@@ -410,6 +410,10 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	if err := checkFUSE(); err != nil {
 		return err
 	}
+	shared, err := allowOther(m.opts, os.Geteuid())
+	if err != nil {
+		return err
+	}
 	if m.cred, err = credential(m.opts); err != nil {
 		return err
 	}
@@ -477,7 +481,7 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	root0 := os.Geteuid() == 0
 	mc := fusefs.MountConfig{
 		FsName:     m.inv.spec,
-		AllowOther: root0,
+		AllowOther: shared,
 		// As root, mount(2) directly; else through fusermount.
 		DirectMount: root0,
 		MountFlags:  m.opts.MountFlags,
