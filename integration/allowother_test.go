@@ -255,7 +255,12 @@ func TestRemountUserMount(t *testing.T) {
 	}
 
 	// Root: ro, then rw again, through mount(8) and through the helper;
-	// user's flags and the owner stay.
+	// user's flags and the owner stay. nfsrdma-mount starts from the
+	// mount's current flags; mount(8) from the fstab line's and those
+	// given (mount(8): "mount reads fstab and merges these options with
+	// the options from the command line"), so a remount through it that
+	// names neither ro nor rw makes the mount rw again, as it does a
+	// kernel NFS mount, while the atime flags, unnamed, stay (mount(2)).
 	for _, step := range []struct {
 		args []string
 		ro   bool
@@ -263,7 +268,9 @@ func TestRemountUserMount(t *testing.T) {
 		{[]string{"mount", "-o", "remount,ro", dir}, true},
 		{[]string{"mount", "-o", "remount,rw", dir}, false},
 		{[]string{bin, "-o", "remount,ro", dir}, true},
-		{[]string{"mount", "-o", "remount,noatime", dir}, true},
+		{[]string{bin, "-o", "remount,noatime", dir}, true},
+		{[]string{"mount", "-o", "remount", dir}, false},
+		{[]string{bin, "-o", "remount,ro", dir}, true},
 		{[]string{bin, "-o", "remount,rw", dir}, false},
 	} {
 		code, out := runCmd(t, step.args[0], step.args[1:]...)
@@ -296,8 +303,13 @@ func TestRemountUserMount(t *testing.T) {
 	if code, out := asUser(t, mountUser, nil, "/usr/bin/mount", roDir); code != 0 {
 		t.Fatalf("mount %s as uid %d: exit %d: %s", roDir, mountUser, code, out)
 	}
-	vfsRO, _ := mountOptsOf(t, roDir)
-	has("the user's ro mount", vfsRO, "ro", "noexec")
+	has("the user's ro mount", mountOptsOf1(t, roDir), "ro", "noexec")
+	// The fstab line's ro is kept by root's remount of another flag.
+	if code, out := runCmd(t, "mount", "-o", "remount,noatime", roDir); code != 0 {
+		t.Fatalf("root's remount,noatime of the user's ro mount: exit %d: %s", code, out)
+	}
+	vfsRO := mountOptsOf1(t, roDir)
+	has("the user's ro mount after remount,noatime", vfsRO, "ro", "noexec", "nosuid", "nodev", "noatime")
 	code, out = runCmd(t, "mount", "-o", "remount,rw", roDir)
 	t.Logf("root: remount,rw of the user's ro mount: exit %d: %s", code, strings.TrimSpace(out))
 	if vfs, _ := mountOptsOf(t, roDir); code == 0 || !strings.Contains(out, "mounted ro") || vfs != vfsRO {
@@ -306,4 +318,11 @@ func TestRemountUserMount(t *testing.T) {
 	if code, out := asUser(t, mountUser, nil, "/usr/bin/umount", roDir); code != 0 {
 		t.Errorf("the owner's umount of the ro mount: exit %d: %s", code, out)
 	}
+}
+
+// mountOptsOf1 is mountOptsOf's per-mount options alone.
+func mountOptsOf1(t *testing.T, dir string) string {
+	t.Helper()
+	vfs, _ := mountOptsOf(t, dir)
+	return vfs
 }
