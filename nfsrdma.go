@@ -24,6 +24,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/ibv"
 	"github.com/nfsrdma/nfsrdma/xprt"
+	"github.com/nfsrdma/nfsrdma/xprt/memlock"
 )
 
 // Port is the port of NFS over RPC-over-RDMA (IANA's "nfsrdma"), which
@@ -64,6 +65,10 @@ var openFabric = func() (verbs.Fabric, error) {
 	return f, nil
 }
 
+// memlockLimit is the process's locked-memory limit; a variable so that
+// tests can set one.
+var memlockLimit = memlock.Limit
+
 // Mount mounts spec, "host:/export" as mount(8) writes it ("[v6addr]:/export"
 // for an IPv6 literal), with the NFS calls over RPC-over-RDMA, or over TCP
 // with opts.TCP. host may be a name (net.DefaultResolver; an IPv4 address
@@ -76,11 +81,17 @@ var openFabric = func() (verbs.Fabric, error) {
 // Close or Unmount releases it all, and reports a verbs resource left on a
 // fabric Mount opened.
 //
-// The RDMA buffers are registered, locked memory: with xprt's defaults over
-// 32 MiB per connection (IOBuffers times MaxIO, and the inline buffers).
-// Where RLIMIT_MEMLOCK (ulimit -l) is below NConnect times that,
-// registering them fails: raise the limit (root has none), or make
-// RDMA.IOBuffers or RDMA.MaxIO smaller.
+// The RDMA buffers are registered, locked memory: with xprt's defaults about
+// 42 MiB per connection, counted against RLIMIT_MEMLOCK (ulimit -l) unless
+// the process has CAP_IPC_LOCK (root has). Over rdma-core, before
+// anything is dialed, Mount sizes the pool to that limit as the mount
+// helper does (package xprt/memlock): where the defaults do not fit and
+// RDMA leaves Slots, IOBuffers, RegisterAhead and SendQueue zero, each
+// connection gets fewer buffers, and smaller I/Os (down to 64 KiB) unless
+// Rsize, Wsize or RDMA.MaxIO fixed the size; a pool set in RDMA is
+// checked as it is. When nothing fits, Mount fails at once with a
+// *memlock.Error that names the fix (ulimit -l, memlock in
+// /etc/security/limits.conf, LimitMEMLOCK= for a systemd unit).
 func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error) {
 	var o Options
 	if opts != nil {
@@ -97,10 +108,45 @@ func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error
 		return nil, errors.New("nfsrdma: Mount over RDMA makes the NFS connections itself: leave MountOptions.Transport, Dial and Release nil (or use nfs3.Mount)")
 	}
 	cfg := o.RDMA
+	if cfg.Logger == nil {
+		cfg.Logger = o.Client.Logger
+	}
+	ioFixed := cfg.MaxIO > 0 || o.Client.Rsize != 0 || o.Client.Wsize != 0
 	if cfg.MaxIO <= 0 {
 		cfg.MaxIO = int(max(o.Client.Rsize, o.Client.Wsize))
 		if cfg.MaxIO == 0 {
 			cfg.MaxIO = defaultMaxIO
+		}
+	}
+	_, pins := cfg.Fabric.(*ibv.Fabric)
+	if cfg.Fabric == nil {
+		// The local prerequisite first: without RDMA there is no point in
+		// asking the server for anything.
+		fab, err := openFabric()
+		if err != nil {
+			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
+		}
+		cfg.Fabric, pins = fab, true
+		o.Release = func() error { return releaseFabric(fab) }
+	}
+	if pins {
+		// rdma-core pins what it registers: the pool fits the
+		// locked-memory limit, or Mount fails before asking the server
+		// for anything.
+		limit, err := memlockLimit()
+		var pool memlock.Pool
+		if err == nil {
+			pool, err = memlock.Fit(&cfg, o.NConnect, limit, ioFixed)
+		}
+		if err != nil {
+			if o.Release != nil {
+				err = errors.Join(err, o.Release())
+			}
+			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
+		}
+		if pool.Sized && cfg.Logger != nil {
+			cfg.Logger.Warn("nfsrdma: the locked-memory limit (ulimit -l) sizes the RDMA buffer pool: fewer I/Os in flight; raise memlock for the full pool",
+				"limit_kib", limit>>10, "io_buffers", pool.IOBuffers, "slots", pool.Slots, "max_io", pool.MaxIO, "nconnect", max(o.NConnect, 1))
 		}
 	}
 	// The RDMA buffers hold a READ's or WRITE's data: no larger ones.
@@ -111,27 +157,21 @@ func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error
 	if o.Client.Wsize == 0 || o.Client.Wsize > limit {
 		o.Client.Wsize = limit
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = o.Client.Logger
-	}
 	port := o.NFSPort
 	if port == 0 {
 		port = Port
 	}
-	if cfg.Fabric == nil {
-		// The local prerequisite first: without RDMA there is no point in
-		// asking the server for anything.
-		fab, err := openFabric()
-		if err != nil {
-			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
-		}
-		cfg.Fabric = fab
-		o.Release = func() error { return releaseFabric(fab) }
-	}
 	o.Dial = func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
 		c := cfg
 		c.Addr = netip.AddrPortFrom(addr, uint16(port))
-		return xprt.Dial(ctx, c)
+		t, err := xprt.Dial(ctx, c)
+		if merr := memlock.FromRegistration(err, max(o.NConnect, 1), c.MaxIO); merr != nil {
+			// The kernel refused below the limit as read (a
+			// provider's own pinned memory, or another registration
+			// of this process): the same fix.
+			return nil, merr
+		}
+		return t, err
 	}
 	return nfs3.Mount(ctx, host, export, &o.MountOptions)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/verbs/sim"
 	"github.com/nfsrdma/nfsrdma/xprt"
+	"github.com/nfsrdma/nfsrdma/xprt/memlock"
 	"github.com/nfsrdma/nfsrdma/xprt/xprttest"
 )
 
@@ -139,11 +140,22 @@ func newRDMABed(t *testing.T) *rdmaBed {
 	return b
 }
 
-// useFabric makes Mount open fab in place of rdma-core.
+// useFabric makes Mount open fab in place of rdma-core, with no
+// locked-memory limit (the simulated fabric pins nothing) unless the test
+// sets one (useMemlockLimit).
 func useFabric(t *testing.T, fab verbs.Fabric, err error) {
 	saved := openFabric
 	openFabric = func() (verbs.Fabric, error) { return fab, err }
 	t.Cleanup(func() { openFabric = saved })
+	useMemlockLimit(t, -1)
+}
+
+// useMemlockLimit makes Mount read limit (bytes; -1: none) as the process's
+// RLIMIT_MEMLOCK.
+func useMemlockLimit(t *testing.T, limit int64) {
+	saved := memlockLimit
+	memlockLimit = func() (int64, error) { return limit, nil }
+	t.Cleanup(func() { memlockLimit = saved })
 }
 
 // TestMount mounts by host name over RDMA with two connections on a
@@ -175,21 +187,7 @@ func TestMount(t *testing.T) {
 	if _, err := tgt.Mkdir(ctx, "docs", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data := bytes.Repeat([]byte("nfsrdma "), 40<<10) // 320 KiB: several READs and WRITEs
-	f, err := tgt.OpenFileContext(ctx, "docs/a", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteContext(ctx, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.CloseContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := tgt.ReadFileContext(ctx, "docs/a")
-	if err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(data))
-	}
+	writeReadBack(ctx, t, tgt, "docs/a", bytes.Repeat([]byte("nfsrdma "), 40<<10)) // 320 KiB: several READs and WRITEs
 	ents, err := tgt.ReadDirContext(ctx, "docs")
 	if err != nil || len(ents) != 1 || ents[0].Name() != "a" {
 		t.Fatalf("ReadDirContext(docs) = %v, %v", ents, err)
@@ -211,6 +209,24 @@ func TestMount(t *testing.T) {
 	}
 	if _, err := b.fab.OpenDevice("sim0"); !errors.Is(err, verbs.ErrClosed) {
 		t.Errorf("the fabric Mount opened is still open after Close (OpenDevice: %v)", err)
+	}
+}
+
+// writeReadBack creates name with data and reads it back.
+func writeReadBack(ctx context.Context, t *testing.T, tgt *nfs3.Target, name string, data []byte) {
+	t.Helper()
+	f, err := tgt.OpenFileContext(ctx, name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteContext(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.CloseContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tgt.ReadFileContext(ctx, name); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes of %s (%v), want %d", len(got), name, err, len(data))
 	}
 }
 
@@ -292,5 +308,69 @@ func TestMountRefusesDialOptions(t *testing.T) {
 	_, err := Mount(testCtx(t), "127.0.0.1:/x", &Options{MountOptions: nfs3.MountOptions{Dial: func(context.Context, netip.Addr) (sunrpc.Transport, error) { return nil, nil }}})
 	if err == nil || !strings.Contains(err.Error(), "leave MountOptions.Transport, Dial and Release nil") {
 		t.Errorf("Mount with Dial set: %v", err)
+	}
+}
+
+// TestMountSizedToMemlock: under Debian's 8 MiB locked-memory limit a
+// Mount with the defaults (two connections) takes a smaller pool, as the
+// mount helper does, and works: the I/O size comes down to what fits.
+func TestMountSizedToMemlock(t *testing.T) {
+	b := newRDMABed(t)
+	useFabric(t, b.fab, nil)
+	useMemlockLimit(t, 8<<20)
+	ctx := testCtx(t)
+	tgt, err := Mount(ctx, "127.0.0.1:/", &Options{MountOptions: nfs3.MountOptions{
+		MountPort: b.mountPort, Cred: &sunrpc.AuthNone, NConnect: 2}})
+	if err != nil {
+		t.Fatalf("Mount under an 8 MiB limit: %v", err)
+	}
+	defer tgt.Close()
+	r, w, err := tgt.Client().IOSizes(ctx, tgt.Root())
+	if err != nil || r >= defaultMaxIO || w >= defaultMaxIO || r < 64<<10 {
+		t.Errorf("IOSizes = %d, %d, %v; want the pool's smaller I/O size (64 KiB to 512 KiB)", r, w, err)
+	}
+	cfg := xprt.Config{MaxIO: int(max(r, w))}
+	if _, err := memlock.Fit(&cfg, 2, 8<<20, true); err != nil {
+		t.Errorf("two connections at %d bytes do not fit 8 MiB: %v", cfg.MaxIO, err)
+	}
+	writeReadBack(ctx, t, tgt, "f", bytes.Repeat([]byte("memlock "), 64<<10)) // 512 KiB: several READs and WRITEs
+	b.srv.Close()
+}
+
+// TestMountMemlockTooSmall: where not even the smallest pool fits, Mount
+// fails before asking the server anything, with an error naming the fix;
+// a pool the caller set is checked as it is.
+func TestMountMemlockTooSmall(t *testing.T) {
+	b := newRDMABed(t)
+	for _, tc := range []struct {
+		name  string
+		limit int64
+		rdma  xprt.Config
+	}{
+		{name: "64 KiB", limit: 64 << 10},
+		{name: "the caller's pool over 8 MiB", limit: 8 << 20, rdma: xprt.Config{IOBuffers: 32, MaxIO: 1 << 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fab := sim.NewFabric()
+			useFabric(t, fab, nil)
+			useMemlockLimit(t, tc.limit)
+			_, err := Mount(testCtx(t), "127.0.0.1:/", &Options{MountOptions: nfs3.MountOptions{
+				MountPort: b.mountPort, Cred: &sunrpc.AuthNone}, RDMA: tc.rdma})
+			var me *memlock.Error
+			if !errors.As(err, &me) {
+				t.Fatalf("Mount: %v; want a *memlock.Error", err)
+			}
+			for _, want := range []string{"ulimit -l", "limits.conf", "LimitMEMLOCK="} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q lacks %q", err, want)
+				}
+			}
+			if n := b.tcpConns.Load(); n != 0 {
+				t.Errorf("%d MOUNT connections: the server was asked before the limit was checked", n)
+			}
+			if _, err := fab.OpenDevice("sim0"); !errors.Is(err, verbs.ErrClosed) {
+				t.Errorf("the fabric Mount opened is still open after the refusal (OpenDevice: %v)", err)
+			}
+		})
 	}
 }

@@ -45,19 +45,24 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, errno
 	}
 	pid := callerPid(ctx)
+	umask, umaskKnown := n.fsys.umaskOf(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, nil, 0, syscall.EROFS
 	}
-	how := nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.SetAttr{Mode: new(mode & 0o7777)}}
+	mode, err := n.newMode(ctx, mode, umask, umaskKnown)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	how := nfs3.CreateHow{Mode: nfs3.Unchecked, Attr: nfs3.SetAttr{Mode: new(mode)}}
 	if flags&syscall.O_EXCL != 0 {
 		how.Mode = nfs3.Guarded
 	} else if flags&syscall.O_TRUNC != 0 {
 		how.Attr.Size = new(uint64(0))
 	}
 	var r nfs3.CreateResult
-	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+	err = n.do(ctx, func(dir nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Create(ctx, dir, name, how)
 		return err
 	})
@@ -88,14 +93,19 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	umask, umaskKnown := n.fsys.umaskOf(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
+	perm, err := n.newMode(ctx, mode, umask, umaskKnown)
+	if err != nil {
+		return nil, toErrno(err)
+	}
 	var r nfs3.CreateResult
-	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
-		r, err = n.fsys.c.Mkdir(ctx, dir, name, nfs3.SetAttr{Mode: new(mode & 0o7777)})
+	err = n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+		r, err = n.fsys.c.Mkdir(ctx, dir, name, nfs3.SetAttr{Mode: new(perm)})
 		return err
 	})
 	in, errno := n.finishCreate(ctx, name, &r, err, out)
@@ -134,12 +144,17 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	if errno := n.fsys.checkName(name); errno != 0 {
 		return nil, errno
 	}
+	umask, umaskKnown := n.fsys.umaskOf(ctx)
 	ctx, done := n.fsys.callCtx(ctx)
 	defer done()
 	if n.fsys.opts.ReadOnly {
 		return nil, syscall.EROFS
 	}
-	attr := nfs3.SetAttr{Mode: new(mode & 0o7777)}
+	perm, err := n.newMode(ctx, mode, umask, umaskKnown)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	attr := nfs3.SetAttr{Mode: new(perm)}
 	var what nfs3.MknodData
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFREG, 0:
@@ -161,7 +176,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 		return nil, syscall.EINVAL
 	}
 	var r nfs3.CreateResult
-	err := n.do(ctx, func(dir nfs3.FileHandle) (err error) {
+	err = n.do(ctx, func(dir nfs3.FileHandle) (err error) {
 		r, err = n.fsys.c.Mknod(ctx, dir, name, what)
 		return err
 	})

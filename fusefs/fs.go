@@ -63,6 +63,10 @@
 //   - Locks: with Options.Locker, POSIX and flock locks are taken on the
 //     server with NLM (see lock.go), else they stay local to this machine
 //     (nfs(5) nolock).
+//   - New files, directories and devices: the creator's umask is applied
+//     by the mount (FUSE DONT_MASK), and left out in a directory that has
+//     a default POSIX ACL, asked of the server with NFSACL, as the Linux
+//     client does (Options.NoACL: always applied; acl.go).
 //   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
 //     attributes and no fallocate.
 package fusefs
@@ -127,6 +131,14 @@ type FS struct {
 	// O_DIRECT, by their cancel channel (set by the raw file system, read
 	// through fuse.Context.Cancel: FS.directRequest).
 	directIO sync.Map
+	// umasks: the CREATE, MKDIR and MKNOD requests being served, by their
+	// cancel channel, with the creator's umask (set by the raw file
+	// system, read through fuse.Context.Cancel: FS.umaskOf; acl.go).
+	umasks sync.Map
+	// noACLProgram: the server answered that it has no NFSACL (acl.go).
+	noACLProgram atomic.Bool
+	// defaultACLs: which directories have a default ACL (acl.go).
+	defaultACLs defaultACLs
 
 	// shared: other users than the mounting one may enter the mount
 	// (allow_other; set by NewRawFS). See private.go.
@@ -305,7 +317,11 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		//
 		// A shared mmap(2) of a file opened O_DIRECT (directIOFlags) is
 		// allowed where the kernel can (DIRECT_IO_ALLOW_MMAP, Linux 6.6).
-		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DIRECT_IO_ALLOW_MMAP,
+		//
+		// The creator's umask is applied here, not by the kernel
+		// (DONT_MASK): a directory's default ACL decides whether it
+		// applies, as on the kernel's NFS mount (acl.go).
+		ExtraCapabilities: fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_DONT_MASK,
 		DirectMount:       mc.DirectMount,
 		DirectMountStrict: mc.DirectMountStrict,
 		Debug:             mc.Debug,

@@ -104,16 +104,6 @@ func (r *rawFS) Forget(nodeid, nlookup uint64) {
 	r.RawFileSystem.Forget(nodeid, nlookup)
 }
 
-func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.o.done(fopMknod, time.Now())
-	return r.RawFileSystem.Mknod(cancel, in, name, out)
-}
-
-func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.o.done(fopMkdir, time.Now())
-	return r.RawFileSystem.Mkdir(cancel, in, name, out)
-}
-
 func (r *rawFS) Unlink(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.Status {
 	defer r.o.done(fopUnlink, time.Now())
 	return r.RawFileSystem.Unlink(cancel, h, name)

@@ -73,6 +73,12 @@ type Options struct {
 	// ReadOnly refuses every change with EROFS (nfs(5) ro).
 	ReadOnly bool
 
+	// NoACL does without the server's NFSACL (nfs(5) noacl): the
+	// creator's umask applies to every new file, directory and device,
+	// where otherwise a directory's default POSIX ACL replaces it (as
+	// acl(5) says and the kernel client does; acl.go).
+	NoACL bool
+
 	// Locker takes POSIX (fcntl) and flock locks on the server with NLM
 	// (nfs(5) lock); nil leaves every lock local to this machine (nolock).
 	// LocalPosix and LocalFlock leave that kind local (local_lock=posix,

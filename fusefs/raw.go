@@ -163,7 +163,29 @@ func (r *rawFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut)
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	defer r.o.done(fopCreate, time.Now())
 	r.e.add(evOpen)
+	defer r.keepUmask(cancel, in.Umask)()
 	return r.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.o.done(fopMknod, time.Now())
+	defer r.keepUmask(cancel, in.Umask)()
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
+}
+
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	defer r.o.done(fopMkdir, time.Now())
+	defer r.keepUmask(cancel, in.Umask)()
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+// keepUmask records the creator's umask of a CREATE, MKDIR or MKNOD for
+// node.newMode (acl.go) until the returned function is called. The kernel
+// sends it with every such request and, as the mount asks for DONT_MASK,
+// leaves the mode unmasked.
+func (r *rawFS) keepUmask(cancel <-chan struct{}, umask uint32) func() {
+	r.f.umasks.Store(cancel, umask&0o777)
+	return func() { r.f.umasks.Delete(cancel) }
 }
 
 func (r *rawFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {

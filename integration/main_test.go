@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("NFSRDMA_LOCK_HELPER"); mode != "" {
 		os.Exit(lockHelper(mode, os.Getenv("NFSRDMA_LOCK_FILE"))) // lock_test.go's second process
 	}
+	if mode := os.Getenv(libraryMemlockEnv); mode != "" {
+		os.Exit(libraryMemlockChild(mode)) // library_memlock_test.go's child
+	}
 	if os.Getenv(runnerEnv) != "" {
 		os.Exit(runnerMain()) // runner_test.go: the bed's commands
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,6 +180,111 @@ func TestNamespaceOpenFileRemoved(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// nsIno returns the inode number of path on the server.
+func nsIno(t *testing.T, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// nsReplaceSameIno replaces the file at path on the server by a new file
+// with data and the old one's inode number. ext4 (with its journal) gives a
+// new file the lowest free inode number of its group, which need not be the
+// one just freed (an earlier removal may have freed a lower one), and the
+// removed inode is freed only when knfsd's open-file cache lets it go. So
+// it makes new files beside path and keeps them (each takes the lowest free
+// number, filling the gaps) until one gets the old number, then renames
+// that one over the name and removes the others. It fails the test, rather
+// than going on with a different file, if that does not happen within 500
+// files or 10 seconds.
+func nsReplaceSameIno(t *testing.T, path string, data []byte) {
+	t.Helper()
+	old := nsIno(t, path)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	var fillers []string
+	defer func() {
+		for _, p := range fillers {
+			os.Remove(p)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var got []uint64
+	for i := 0; i < 500 && time.Now().Before(deadline); i++ {
+		p := fmt.Sprintf("%s.new%d", path, i)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ino := nsIno(t, p)
+		if ino == old {
+			if err := os.Rename(p, path); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: the new file has the removed one's inode %d (other new files first: %v)", path, old, got)
+			return
+		}
+		fillers = append(fillers, p)
+		got = append(got, ino)
+		if ino > old {
+			// Every lower number is taken and the old one was not free
+			// yet: the server still holds the removed file open.
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Fatalf("%s: no new file got the removed one's inode %d (they got %v): %s does not give freed inode numbers again, the scenario needs it", path, old, got, ext4ExportDir)
+}
+
+// TestNamespaceStaleSameIno: a file open on the mount (read, so its pages
+// are cached) is replaced on the server of /export-ext4 (removed and made
+// again under its name) by a file with the same inode number, then
+// written through the old descriptor and closed. On the kernel's mount
+// the old handle is stale for good: the write fails (at close, written
+// back), and the new file is untouched; nfsrdma-mount must give the same.
+func TestNamespaceStaleSameIno(t *testing.T) {
+	mounts := nsMounts(t, ext4ExportDir)
+	top := nsTop(t, ext4ExportDir, "stale")
+	oldData := []byte("the old file, open on the mount\n")
+	newData := []byte("the new file, made on the server with the same inode number\n")
+	outs := make([]string, len(mounts))
+	for i, m := range mounts {
+		var out strings.Builder
+		name := filepath.Join(top, "f-"+m.label)
+		srvPath := filepath.Join(ext4ExportDir, name)
+		if err := os.WriteFile(srvPath, oldData, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(filepath.Join(m.dir, name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 200)
+		n, err := f.ReadAt(buf, 0)
+		if !bytes.Equal(buf[:n], oldData) {
+			t.Fatalf("%s: reading the old file: %q, %v", m.label, buf[:n], err)
+		}
+		nsReplaceSameIno(t, srvPath, newData)
+		_, err = f.WriteAt([]byte("XXXX"), 0)
+		fmt.Fprintf(&out, "write: %s\n", en(err))
+		fmt.Fprintf(&out, "close: %s\n", en(f.Close()))
+		got, err := os.ReadFile(srvPath)
+		fmt.Fprintf(&out, "the new file on the server untouched: %v %s\n", bytes.Equal(got, newData), en(err))
+		got, err = os.ReadFile(filepath.Join(m.dir, name))
+		fmt.Fprintf(&out, "the path reads the new file: %v %s\n", bytes.Equal(got, newData), en(err))
+		outs[i] = out.String()
+		t.Logf("%s:\n%s", m.label, outs[i])
+	}
+	if !strings.Contains(outs[0], "untouched: true") {
+		t.Errorf("the kernel's mount changed the new file (the scenario means nothing):\n%s", outs[0])
+	}
+	if outs[0] != outs[1] {
+		t.Errorf("differs:\nkernel:\n%snfsrdma:\n%s", outs[0], outs[1])
 	}
 }
 

@@ -402,11 +402,7 @@ var semKnownDiffs = map[string]string{}
 // under BUGS until it is fixed. They are reported like known differences
 // (logged with the transcripts' diff), and a listed pattern that no longer
 // differs fails the test, so that the list only shrinks.
-var semOpenDefects = map[string]string{
-	"perm/acl-default-inherited": "the kernel's FUSE applies the creator's umask to a new file's mode " +
-		"before the mount sees it (go-fuse does not ask for FUSE_DONT_MASK), where the kernel client " +
-		"lets the directory's default ACL decide: the new file's ACL mask is r-- instead of rw-",
-}
+var semOpenDefects = map[string]string{}
 
 // TestSemantics runs every scenario on the kernel's mount and on ours, as
 // a subtest of its own (-test.run 'TestSemantics/cto' runs a class), and

@@ -61,6 +61,7 @@ const (
 // malformed reply, or the context's error.
 type Client struct {
 	rpc  *sunrpc.Client
+	acl  *sunrpc.Client // NFSACL (acl.go) on the same transport and XIDs
 	opts ClientOptions
 	log  *slog.Logger
 
@@ -100,6 +101,10 @@ func NewClient(t sunrpc.Transport, opts *ClientOptions) (*Client, error) {
 		}
 		c.opts.Cred = cred
 	}
+	if c.opts.XIDs == nil {
+		// One source for NFS and NFSACL: their calls share the transport.
+		c.opts.XIDs = sunrpc.NewXIDSource()
+	}
 	rc, err := sunrpc.NewClient(t, sunrpc.ClientConfig{
 		Prog: Program, Vers: Version, Cred: c.opts.Cred, XIDs: c.opts.XIDs,
 		Retry: c.opts.Retry, Logger: c.log,
@@ -108,6 +113,13 @@ func NewClient(t sunrpc.Transport, opts *ClientOptions) (*Client, error) {
 		return nil, err
 	}
 	c.rpc = rc
+	c.acl, err = sunrpc.NewClient(t, sunrpc.ClientConfig{
+		Prog: ACLProgram, Vers: ACLVersion, Cred: c.opts.Cred, XIDs: c.opts.XIDs,
+		Retry: c.opts.Retry, Logger: c.log,
+	})
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

@@ -74,6 +74,14 @@ func ProgramProcName(prog, proc uint32) (name string, ok bool) {
 		return ProcName(proc), true
 	case MountProgram:
 		return fmt.Sprintf("MOUNT/%d", proc), true
+	case ACLProgram:
+		switch proc {
+		case ACLProcGetacl:
+			return "NFSACL/GETACL", true
+		case ACLProcSetacl:
+			return "NFSACL/SETACL", true
+		}
+		return fmt.Sprintf("NFSACL/%d", proc), true
 	}
 	return "", false
 }

@@ -246,8 +246,13 @@ func DecodeReply(d *Decoder) (ReplyHeader, error) {
 		switch h.Accept {
 		case Success, ProgUnavail, ProcUnavail, GarbageArgs, SystemErr:
 		case ProgMismatch:
-			h.Low = d.Uint32()
-			h.High = d.Uint32()
+			// The versions supported, when the reply has them: the
+			// Linux client does not read them, and some servers
+			// (go-nfs, for a program it does not serve) send none.
+			if d.Len() >= 8 {
+				h.Low = d.Uint32()
+				h.High = d.Uint32()
+			}
 		default:
 			d.Fail(&HeaderError{Reason: "accept status " + h.Accept.String()})
 		}

@@ -99,6 +99,10 @@ var _ sunrpc.Transport = (*Transport)(nil)
 
 // Dial connects to cfg.Addr. A connection that cannot be made is an error
 // here; later losses are repaired by reconnecting in the background.
+//
+// What it registers is locked memory, counted against RLIMIT_MEMLOCK unless
+// the process has CAP_IPC_LOCK; memlock.Fit (package xprt/memlock) sizes
+// cfg to the limit before Dial, or says what to raise.
 func Dial(ctx context.Context, cfg Config) (*Transport, error) {
 	if cfg.Fabric == nil {
 		return nil, errors.New("xprt: Config.Fabric is nil")

@@ -52,6 +52,7 @@ type invocation struct {
 
 const usageHead = `usage:
   nfsrdma-mount [-f] [-v] [-o options] server:/export /mountpoint
+  nfsrdma-mount -o remount,options /mountpoint
   nfsrdma-mount -u [-l] /mountpoint
   nfsrdma-mount stats [-json] [-i SECONDS [-c COUNT]] [/mountpoint...]
   nfsrdma-mount --version
@@ -223,6 +224,12 @@ func parseArgs(argv0 string, args []string) (*invocation, error) {
 		}
 		inv.dir = pos[0]
 	case cmdMount:
+		if len(pos) == 1 && remountAsked(inv.opts) {
+			// nfsrdma-mount -o remount,... /mountpoint, as mount(8)
+			// takes it: the mount point names the mount.
+			inv.dir = pos[0]
+			break
+		}
 		if len(pos) != 2 {
 			return nil, bad("need server:/export and a mount point")
 		}
@@ -232,6 +239,16 @@ func parseArgs(argv0 string, args []string) (*invocation, error) {
 		}
 	}
 	return inv, nil
+}
+
+// remountAsked reports whether the -o string has remount.
+func remountAsked(opts string) bool {
+	for _, o := range strings.Split(opts, ",") {
+		if strings.TrimSpace(o) == "remount" {
+			return true
+		}
+	}
+	return false
 }
 
 // splitSpec splits "server:/export" ("[v6addr]:/export" for an IPv6

@@ -85,6 +85,14 @@ func run(argv0 string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %v\n", name, errNoRDMABuild)
 		return exitMountErr
 	}
+	if !opts.Remount {
+		// Before the server is asked anything: a refusal of this
+		// machine's configuration.
+		if _, err := allowOther(opts, os.Geteuid()); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return exitMountErr
+		}
+	}
 	switch {
 	case inv.fake:
 		// mount(8) -f: everything but the mount.

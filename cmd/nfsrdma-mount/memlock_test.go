@@ -16,82 +16,14 @@ import (
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/verbs"
 	"github.com/nfsrdma/nfsrdma/xprt"
+	"github.com/nfsrdma/nfsrdma/xprt/memlock"
 )
 
-func TestSizePool(t *testing.T) {
-	const KiB, MiB = 1 << 10, 1 << 20
-	for _, tc := range []struct {
-		name     string
-		limit    int64
-		nconnect int
-		maxIO    int
-		fixed    bool
-		inline   int
-		sized    bool
-		wantIO   int // 0: any
-		minBufs  int
-		fails    bool
-	}{
-		{name: "unlimited", limit: -1, nconnect: 1, maxIO: MiB},
-		{name: "128 MiB fits the defaults", limit: 128 * MiB, nconnect: 1, maxIO: MiB},
-		{name: "Debian's 8 MiB", limit: 8 * MiB, nconnect: 1, maxIO: MiB, sized: true, wantIO: 256 * KiB, minBufs: goodIOBuffers},
-		{name: "8 MiB, rsize=1M given", limit: 8 * MiB, nconnect: 1, maxIO: MiB, fixed: true, sized: true, wantIO: MiB, minBufs: minIOBuffers},
-		{name: "8 MiB, nconnect=2", limit: 8 * MiB, nconnect: 2, maxIO: MiB, sized: true, minBufs: goodIOBuffers},
-		{name: "8 MiB, inline=16384", limit: 8 * MiB, nconnect: 1, maxIO: MiB, inline: 16384, sized: true, minBufs: goodIOBuffers},
-		{name: "16 MiB", limit: 16 * MiB, nconnect: 1, maxIO: MiB, sized: true, wantIO: 512 * KiB, minBufs: goodIOBuffers},
-		{name: "the old 64 KiB default", limit: 64 * KiB, nconnect: 1, maxIO: MiB, fails: true},
-		{name: "8 MiB, nconnect=16", limit: 8 * MiB, nconnect: 16, maxIO: MiB, fails: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := sizePool(tc.limit, tc.nconnect, tc.maxIO, tc.fixed, tc.inline)
-			if tc.fails {
-				var me *MemlockError
-				if !errors.As(err, &me) {
-					t.Fatalf("pool %+v, err %v: want a MemlockError", p, err)
-				}
-				if me.Need <= tc.limit {
-					t.Errorf("says %d bytes are needed, under the limit %d", me.Need, tc.limit)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%+v", p)
-			if p.Sized != tc.sized {
-				t.Errorf("sized %v, want %v", p.Sized, tc.sized)
-			}
-			if tc.limit >= 0 && int64(tc.nconnect)*p.Locked > tc.limit {
-				t.Errorf("%d transports register up to %d bytes, over the limit %d", tc.nconnect, int64(tc.nconnect)*p.Locked, tc.limit)
-			}
-			if !tc.sized {
-				if p.Slots != 0 || p.IOBuffers != 0 || p.RegisterAhead != 0 || p.MaxIO != tc.maxIO {
-					t.Errorf("defaults changed: %+v", p)
-				}
-				return
-			}
-			if tc.wantIO != 0 && p.MaxIO != tc.wantIO {
-				t.Errorf("MaxIO %d, want %d", p.MaxIO, tc.wantIO)
-			}
-			if p.IOBuffers < tc.minBufs {
-				t.Errorf("%d I/O buffers, want at least %d", p.IOBuffers, tc.minBufs)
-			}
-			if p.Slots <= 0 || p.Slots > xprtSlots {
-				t.Errorf("slots %d", p.Slots)
-			}
-		})
-	}
-}
-
-func TestMemlockErrorNamesTheFix(t *testing.T) {
-	_, err := sizePool(64<<10, 1, 1<<20, false, 0)
+// A memlock error is the mount's own refusal: not retried.
+func TestMemlockErrorNotRetried(t *testing.T) {
+	_, err := memlock.Size(64<<10, 1, 1<<20, false, 0)
 	if err == nil {
 		t.Fatal("a 64 KiB limit fits")
-	}
-	for _, want := range []string{"RLIMIT_MEMLOCK", "64 KiB", "/etc/security/limits.conf", "memlock", "LimitMEMLOCK="} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%q lacks %q", err, want)
-		}
 	}
 	if retryable(&MountError{Err: err}) {
 		t.Error("a memlock error is retried")
@@ -106,7 +38,7 @@ func TestLocalRDMAError(t *testing.T) {
 		return &xprt.ConnectError{Addr: "10.0.0.1:20049", Err: fmt.Errorf("frwr: registering I/O buffer 3: %w", &verbs.OpError{Verb: verb, Err: errno})}
 	}
 	memErr := localRDMAError(wrap("ibv_reg_mr", syscall.ENOMEM), 1, 1<<20)
-	var me *MemlockError
+	var me *memlock.Error
 	if !errors.As(memErr, &me) || !strings.Contains(memErr.Error(), "LimitMEMLOCK") || !strings.Contains(memErr.Error(), "ENOMEM") {
 		t.Errorf("ENOMEM from ibv_reg_mr: %v", memErr)
 	}

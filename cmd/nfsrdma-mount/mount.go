@@ -24,6 +24,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/verbs/faulty"
 	"github.com/nfsrdma/nfsrdma/verbs/ibv"
 	"github.com/nfsrdma/nfsrdma/xprt"
+	"github.com/nfsrdma/nfsrdma/xprt/memlock"
 )
 
 // attemptTimeout bounds one attempt to reach the server (MOUNT and the NFS
@@ -48,7 +49,7 @@ type mountServer struct {
 	cred    sunrpc.OpaqueAuth
 	addr    netip.Addr             // the server's address, for NFS
 	rdma    []*xprt.Transport      // proto=rdma: nconnect of them
-	pool    poolConfig             // proto=rdma: their pool, sized to RLIMIT_MEMLOCK
+	pool    memlock.Pool           // proto=rdma: their pool, sized to RLIMIT_MEMLOCK
 	tcp     []*sunrpc.TCPTransport // proto=tcp
 	metered *sunrpc.MeteredTransport
 	client  *nfs3.Client
@@ -186,7 +187,7 @@ func retryable(err error) bool {
 	var ce *xprt.ConnectError
 	switch {
 	case errors.As(err, new(nfs3.MountStatus)), errors.Is(err, errNoRDMA), errors.Is(err, errNoRDMABuild),
-		errors.As(err, new(*MemlockError)), errors.Is(err, errDeviceAccess):
+		errors.As(err, new(*memlock.Error)), errors.Is(err, errDeviceAccess):
 		return false
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
@@ -227,7 +228,7 @@ func explainMount(export string, err error, port int, noResv bool) error {
 }
 
 // sizePool sizes the RDMA transports' registered memory to the process's
-// locked-memory limit before anything is dialed (memlock.go): the
+// locked-memory limit before anything is dialed (xprt/memlock): the
 // defaults where they fit; else fewer buffers, and smaller rsize and wsize
 // when the user gave neither; else the mount fails now, naming the fix.
 func (m *mountServer) sizePool() error {
@@ -240,7 +241,7 @@ func (m *mountServer) sizePool() error {
 	if !fixed {
 		maxIO = maxIOSize
 	}
-	if m.pool, err = sizePool(limit, m.opts.NConnect, maxIO, fixed, m.opts.Inline); err != nil {
+	if m.pool, err = memlock.Size(limit, m.opts.NConnect, maxIO, fixed, m.opts.Inline); err != nil {
 		return err
 	}
 	if m.pool.Sized {
@@ -352,7 +353,7 @@ func (m *mountServer) connectOnce(ctx context.Context, fab verbs.Fabric) (root n
 				Inline:  m.opts.Inline,
 			}
 			if m.pool.Sized {
-				m.pool.apply(&cfg)
+				m.pool.Apply(&cfg)
 			}
 			t, err := xprt.Dial(ctx, cfg)
 			if err != nil {
@@ -407,6 +408,10 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 		return err
 	}
 	if err := checkFUSE(); err != nil {
+		return err
+	}
+	shared, err := allowOther(m.opts, os.Geteuid())
+	if err != nil {
 		return err
 	}
 	if m.cred, err = credential(m.opts); err != nil {
@@ -476,7 +481,7 @@ func (m *mountServer) mount(ctx context.Context) (err error) {
 	root0 := os.Geteuid() == 0
 	mc := fusefs.MountConfig{
 		FsName:     m.inv.spec,
-		AllowOther: root0,
+		AllowOther: shared,
 		// As root, mount(2) directly; else through fusermount.
 		DirectMount: root0,
 		MountFlags:  m.opts.MountFlags,

@@ -41,6 +41,10 @@ type mountOptions struct {
 	Inline   int
 	FS       fusefs.Options
 	UID, GID *uint32 // the AUTH_SYS identity; nil: the caller's
+	// AllowOther (allow_other, noallow_other) lets other users than the
+	// mounting one use the mount; nil: root's mounts yes, users' no
+	// (allowother.go).
+	AllowOther *bool
 	// MountFlags are the VFS flags of the FUSE mount (nosuid, nodev by
 	// default as for every FUSE mount; suid, dev, noexec, noatime...
 	// change them; user and users imply noexec, nosuid, nodev).
@@ -332,6 +336,8 @@ var optionTable = []option{
 		func(o *mountOptions) []string { return showIf(o.NoResvPort, "noresvport") }),
 	flagPair("lock", "nolock", func(o *mountOptions) *bool { return &o.NoLock },
 		func(o *mountOptions) []string { return showIf(o.NoLock, "nolock") }),
+	flagPair("acl", "noacl", func(o *mountOptions) *bool { return &o.FS.NoACL },
+		func(o *mountOptions) []string { return showIf(o.FS.NoACL, "noacl") }),
 	{names: []string{"local_lock"}, value: choice, choices: []string{"none", "flock", "posix", "all"}, hint: "want none, flock, posix or all",
 		set:  func(p *optionParser, _, val string, _ int64) error { p.o.LocalLock = val; return nil },
 		show: func(o *mountOptions) []string { return []string{"local_lock=" + o.LocalLock} }},
@@ -354,6 +360,25 @@ var optionTable = []option{
 		p.o.Ignored = append(p.o.Ignored, p.opt)
 		return nil
 	}},
+	// FUSE's (fuse(8), sshfs): whether users other than the mounting one
+	// may use the mount. A remount cannot change it (mount(8) passes
+	// allow_other back from /proc/self/mountinfo): ignored there.
+	{names: []string{"allow_other", "noallow_other"}, set: func(p *optionParser, name, _ string, _ int64) error {
+		if p.o.Remount {
+			return p.ignore(name, "", 0)
+		}
+		v := name == "allow_other"
+		p.o.AllowOther = &v
+		return nil
+	}, show: func(o *mountOptions) []string {
+		if o.AllowOther == nil {
+			return nil
+		}
+		if *o.AllowOther {
+			return []string{"allow_other"}
+		}
+		return []string{"noallow_other"}
+	}},
 	{names: []string{"owner", "group", "comment", "x-*"}, value: anyValue, ignored: true, set: (*optionParser).ignore},
 	{names: []string{"logfile"}, value: anyValue, arg: "PATH", hint: "want an absolute path",
 		set: func(p *optionParser, _, val string, _ int64) error {
@@ -369,7 +394,7 @@ var optionTable = []option{
 		"lazytime", "nolazytime", "intr", "nointr", "async"}, ignored: true, set: (*optionParser).ignore},
 	// The FUSE mount's own options, which mount(8) passes back (from
 	// /proc/self/mountinfo) on a remount.
-	{names: []string{"user_id", "group_id", "default_permissions", "allow_other",
+	{names: []string{"user_id", "group_id", "default_permissions",
 		"max_read", "blksize", "fd", "rootmode", "fsname", "subtype"}, value: anyValue, remountOnly: true, set: (*optionParser).ignore},
 }
 

@@ -194,6 +194,10 @@ func TestParseArgs(t *testing.T) {
 		{"mount.nfsrdma", []string{"srv:/export", "/mnt", "-o", "ro", "-t", "nfsrdma"},
 			invocation{cmd: cmdMount, helper: true, opts: "ro", spec: "srv:/export", dir: "/mnt"}, ""},
 
+		// A remount names the mount by its mount point alone.
+		{"nfsrdma-mount", []string{"-o", "remount,ro", "/mnt"}, invocation{cmd: cmdMount, opts: "remount,ro", dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"-o", "ro", "-o", "remount", "/mnt"}, invocation{cmd: cmdMount, opts: "ro,remount", dir: "/mnt"}, ""},
+		{"nfsrdma-mount", []string{"-o", "ro", "/mnt"}, invocation{}, "need server:/export and a mount point"},
 		{"nfsrdma-mount", []string{"srv:/export"}, invocation{}, "need server:/export and a mount point"},
 		{"nfsrdma-mount", []string{"srv", "/mnt"}, invocation{}, `"srv": want server:/export`},
 		{"nfsrdma-mount", []string{"srv:export", "/mnt"}, invocation{}, "want server:/export"},

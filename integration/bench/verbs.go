@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/verbs"
-	"github.com/nfsrdma/nfsrdma/verbs/verbstest"
+	"github.com/nfsrdma/nfsrdma/verbs/rcpair"
 )
 
 // nfsrdma's own figures at the verbs layer, measured the way perftest
@@ -73,8 +73,8 @@ const (
 
 // ppSide is one end of the ping-pong.
 type ppSide struct {
-	s         *verbstest.Side
-	buf       *verbstest.Buffer // ppDepth receive slots, then the send slot
+	s         *rcpair.Side
+	buf       *rcpair.Buffer // ppDepth receive slots, then the send slot
 	slot      int
 	spin      bool
 	sendWR    [1]verbs.SendWR
@@ -86,9 +86,9 @@ type ppSide struct {
 	recvSlots [ppDepth][1]verbs.SGE
 }
 
-func newPPSide(s *verbstest.Side, size int, spin bool) (*ppSide, error) {
+func newPPSide(s *rcpair.Side, size int, spin bool) (*ppSide, error) {
 	slot := max(size, 64)
-	buf, err := verbstest.NewBuffer(s.PD, slot*(ppDepth+1), verbs.AccessLocalWrite)
+	buf, err := rcpair.NewBuffer(s.PD, slot*(ppDepth+1), verbs.AccessLocalWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -182,15 +182,15 @@ func (x *ppSide) recv(ctx context.Context) error {
 
 // connectPair connects a pair, asking for inline sends when size allows
 // and falling back to none when the device refuses.
-func connectPair(ctx context.Context, f verbs.Fabric, listen, connect netip.AddrPort, cfg verbstest.PairConfig, size int) (*verbstest.Pair, error) {
+func connectPair(ctx context.Context, f verbs.Fabric, listen, connect netip.AddrPort, cfg rcpair.PairConfig, size int) (*rcpair.Pair, error) {
 	if size <= ppMaxInline {
 		c := cfg
 		c.MaxInlineData = ppMaxInline
-		if p, err := verbstest.Connect(ctx, f, listen, connect, c); err == nil {
+		if p, err := rcpair.Connect(ctx, f, listen, connect, c); err == nil {
 			return p, nil
 		}
 	}
-	return verbstest.Connect(ctx, f, listen, connect, cfg)
+	return rcpair.Connect(ctx, f, listen, connect, cfg)
 }
 
 // PingPong measures SEND/RECV round trips between a connected pair: the
@@ -201,7 +201,7 @@ func PingPong(ctx context.Context, f verbs.Fabric, listen, connect netip.AddrPor
 	if cfg.Size <= 0 || cfg.Iters <= 0 {
 		return Latency{}, fmt.Errorf("bench: ping-pong of %d bytes, %d round trips", cfg.Size, cfg.Iters)
 	}
-	pcfg := verbstest.PairConfig{SendDepth: ppDepth, RecvDepth: ppDepth, SendSGE: 1, RecvSGE: 1}
+	pcfg := rcpair.PairConfig{SendDepth: ppDepth, RecvDepth: ppDepth, SendSGE: 1, RecvSGE: 1}
 	p, err := connectPair(ctx, f, listen, connect, pcfg, cfg.Size)
 	if err != nil {
 		return Latency{}, err
@@ -298,18 +298,18 @@ func WriteBandwidth(ctx context.Context, f verbs.Fabric, listen, connect netip.A
 	if cfg.Size <= 0 || cfg.Depth <= 0 || cfg.Iters <= 0 {
 		return 0, fmt.Errorf("bench: %d WRITEs of %d bytes at depth %d", cfg.Iters, cfg.Size, cfg.Depth)
 	}
-	p, err := verbstest.Connect(ctx, f, listen, connect, verbstest.PairConfig{SendDepth: cfg.Depth, RecvDepth: 4, SendSGE: 1, RecvSGE: 1})
+	p, err := rcpair.Connect(ctx, f, listen, connect, rcpair.PairConfig{SendDepth: cfg.Depth, RecvDepth: 4, SendSGE: 1, RecvSGE: 1})
 	if err != nil {
 		return 0, err
 	}
 	defer p.Close()
-	src, err := verbstest.NewBuffer(p.Client.PD, cfg.Size, verbs.AccessLocalWrite)
+	src, err := rcpair.NewBuffer(p.Client.PD, cfg.Size, verbs.AccessLocalWrite)
 	if err != nil {
 		return 0, err
 	}
 	defer src.Close()
 	slots := min(cfg.Depth, 16)
-	dst, err := verbstest.NewBuffer(p.Server.PD, cfg.Size*slots, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	dst, err := rcpair.NewBuffer(p.Server.PD, cfg.Size*slots, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		return 0, err
 	}

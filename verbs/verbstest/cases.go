@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/verbs"
+	"github.com/nfsrdma/nfsrdma/verbs/rcpair"
 )
 
 // --- helpers shared by the cases ---
@@ -278,7 +279,7 @@ func testBadInput(t *testing.T, env Env) {
 		t.Logf("no listener: Resolve fails: %v", err)
 		return
 	}
-	s, err := newSide(ep, nil, PairConfig{}.withDefaults())
+	s, err := rcpair.NewSide(ep, nil, PairConfig{}.WithDefaults())
 	defer func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("closing: %v", err)
@@ -341,7 +342,7 @@ func testPrivateData(t *testing.T, env Env) {
 	if err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}
-	s, err := newSide(ep, nil, PairConfig{}.withDefaults())
+	s, err := rcpair.NewSide(ep, nil, PairConfig{}.WithDefaults())
 	defer s.Close()
 	if err != nil {
 		t.Fatalf("client side: %v", err)

@@ -1,0 +1,242 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+)
+
+// aclServer answers NFSACL GETACL itself, as knfsd does beside NFS on the
+// same port (go-nfs has no NFSACL): the directories whose handles it was
+// given have a default ACL, others none. It records the modes of the
+// CREATEs and MKDIRs that pass, and counts the GETACLs.
+type aclServer struct {
+	sunrpc.Transport
+	mu       sync.Mutex
+	defaults [][]byte
+	getacls  int
+	modes    map[string]uint32 // by name: the mode a CREATE or MKDIR sent
+}
+
+func (s *aclServer) addDefault(fh nfs3.FileHandle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.defaults = append(s.defaults, bytes.Clone(fh))
+}
+
+func (s *aclServer) counts() (getacls int, modes map[string]uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]uint32, len(s.modes))
+	for k, v := range s.modes {
+		m[k] = v
+	}
+	return s.getacls, m
+}
+
+func (s *aclServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
+	d := sunrpc.NewDecoder(req.Head)
+	h, err := sunrpc.DecodeCall(d)
+	if err != nil {
+		return s.Transport.RoundTrip(ctx, req)
+	}
+	switch {
+	case h.Prog == nfs3.ACLProgram && h.Proc == nfs3.ACLProcGetacl:
+		fh := d.Opaque(nfs3.FHSize)
+		mask := nfs3.ACLMask(d.Uint32())
+		r := nfs3.GetACLResult{Mask: mask, Access: nfs3.ACL{Count: 4}}
+		s.mu.Lock()
+		s.getacls++
+		for _, dfh := range s.defaults {
+			if bytes.Equal(dfh, fh) {
+				r.Default = nfs3.ACL{Count: 5}
+			}
+		}
+		s.mu.Unlock()
+		b := sunrpc.AppendReply(nil, &sunrpc.ReplyHeader{XID: h.XID, Stat: sunrpc.MsgAccepted})
+		b = r.Append(sunrpc.AppendUint32(b, uint32(nfs3.StatusOK)), nfs3.StatusOK)
+		return sunrpc.NewReply(b, nil, nil), nil
+	case h.Prog == nfs3.Program && (h.Proc == nfs3.ProcCreate || h.Proc == nfs3.ProcMkdir):
+		d.Opaque(nfs3.FHSize)
+		name := d.String(nfs3.MaxNameLen)
+		if h.Proc == nfs3.ProcCreate {
+			d.Uint32() // createmode3: UNCHECKED or GUARDED, a sattr3 follows
+		}
+		if d.Bool() { // set_mode3
+			mode := d.Uint32()
+			if d.Err() == nil {
+				s.mu.Lock()
+				if s.modes == nil {
+					s.modes = make(map[string]uint32)
+				}
+				s.modes[name] = mode
+				s.mu.Unlock()
+			}
+		}
+	}
+	return s.Transport.RoundTrip(ctx, req)
+}
+
+// withUmask runs f with the process's umask set to mask.
+func withUmask(mask int, f func()) {
+	old := unix.Umask(mask)
+	defer unix.Umask(old)
+	f()
+}
+
+// TestUmaskAndDefaultACL: the kernel leaves the umask to the mount
+// (DONT_MASK), which applies it as the Linux client does: not in a
+// directory that has a default ACL (the server's inheritance decides),
+// else yes; with noacl always. A directory's answer is asked once and
+// kept across the mount's own changes of it.
+func TestUmaskAndDefaultACL(t *testing.T) {
+	for _, noACL := range []bool{false, true} {
+		name := "acl"
+		if noACL {
+			name = "noacl"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := startGoNFS(t, backendDisk)
+			as := &aclServer{}
+			opts := DefaultOptions()
+			opts.NoACL = noACL
+			m := mountGoNFSVia(t, srv, &opts, func(tr sunrpc.Transport) sunrpc.Transport {
+				as.Transport = tr
+				return as
+			})
+			ctx := testCtx(t)
+			for _, d := range []string{"inherit", "plain"} {
+				if err := os.Mkdir(filepath.Join(srv.Dir, d), 0o777); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lr, err := m.fsys.c.Lookup(ctx, m.fsys.root.fh, "inherit")
+			if err != nil {
+				t.Fatal(err)
+			}
+			as.addDefault(lr.FH)
+			withUmask(0o022, func() {
+				for _, d := range []string{"inherit", "plain"} {
+					p := d[:1] // names apart: the server records by name
+					for _, f := range []string{"f1", "f2"} {
+						fd, err := os.OpenFile(m.path(d+"/"+p+f), os.O_CREATE|os.O_WRONLY, 0o666)
+						if err != nil {
+							t.Fatal(err)
+						}
+						fd.Close()
+					}
+					if err := os.Mkdir(m.path(d+"/"+p+"sub"), 0o777); err != nil {
+						t.Fatal(err)
+					}
+					if err := unix.Mknod(m.path(d+"/"+p+"node"), syscall.S_IFREG|0o666, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			getacls, modes := as.counts()
+			inheritFile, inheritDir := uint32(0o666), uint32(0o777)
+			wantGetacls := 2 // one per directory, kept across the mount's own creations
+			if noACL {
+				inheritFile, inheritDir, wantGetacls = 0o644, 0o755, 0
+			}
+			want := map[string]uint32{
+				"if1": inheritFile, "if2": inheritFile, "isub": inheritDir, "inode": inheritFile,
+				"pf1": 0o644, "pf2": 0o644, "psub": 0o755, "pnode": 0o644,
+			}
+			for name, mode := range want {
+				if got, ok := modes[name]; !ok || got != mode {
+					t.Errorf("%s: sent mode %o (%v), want %o", name, got, ok, mode)
+				}
+			}
+			t.Logf("GETACLs %d, modes %v", getacls, modes)
+			if getacls != wantGetacls {
+				t.Errorf("%d GETACLs, want %d", getacls, wantGetacls)
+			}
+		})
+	}
+}
+
+// TestUmaskWithoutNFSACL: a server without NFSACL (go-nfs answers
+// PROC_UNAVAIL) is asked once; from then on the umask applies to every
+// new file, as on the Linux client.
+func TestUmaskWithoutNFSACL(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	m := mountGoNFS(t, srv, nil)
+	withUmask(0o027, func() {
+		for _, f := range []string{"a", "b", "c"} {
+			fd, err := os.OpenFile(m.path(f), os.O_CREATE|os.O_WRONLY, 0o666)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd.Close()
+		}
+		if err := os.Mkdir(m.path("d"), 0o777); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for name, want := range map[string]os.FileMode{"a": 0o640, "b": 0o640, "c": 0o640, "d": 0o750} {
+		fi, err := os.Stat(m.path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %o, want %o", name, fi.Mode().Perm(), want)
+		}
+	}
+	var getacls uint64
+	for _, s := range m.metered.Stats() {
+		if s.Prog == nfs3.ACLProgram {
+			getacls += s.Calls
+		}
+	}
+	if getacls != 1 || !m.fsys.noACLProgram.Load() {
+		t.Errorf("%d NFSACL calls (the server has none: want 1), noACLProgram %v", getacls, m.fsys.noACLProgram.Load())
+	}
+}
+
+// TestDefaultACLAskedAgainAfterChange: a directory changed by someone else
+// (its ctime moved, not by this mount) is asked again; the answer for an
+// unchanged directory is kept until the attribute timeout.
+func TestDefaultACLAskedAgainAfterChange(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	as := &aclServer{}
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		as.Transport = tr
+		return as
+	})
+	create := func(name string) {
+		t.Helper()
+		withUmask(0o022, func() {
+			fd, err := os.OpenFile(m.path(name), os.O_CREATE|os.O_WRONLY, 0o666)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd.Close()
+		})
+	}
+	create("a")
+	create("b")
+	if n, _ := as.counts(); n != 1 {
+		t.Fatalf("%d GETACLs for two files in one directory, want 1", n)
+	}
+	// Another client: a name appears on the server, the root's ctime moves.
+	if err := os.WriteFile(filepath.Join(srv.Dir, "other"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.fsys.root.getattr(testCtx(t), true); err != nil {
+		t.Fatal(err)
+	}
+	create("c")
+	if n, _ := as.counts(); n != 2 {
+		t.Fatalf("%d GETACLs after the directory changed, want 2", n)
+	}
+}
