@@ -197,3 +197,19 @@ func TestWriteCostTable(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkdownAccel: the header says how the guest ran, TCG for reports
+// that do not say.
+func TestMarkdownAccel(t *testing.T) {
+	for accel, want := range map[string]string{
+		"":                                  "TCG-emulated guest, 2 vCPUs",
+		"TCG (no /dev/kvm on this host)":    "Guest on TCG (no /dev/kvm on this host), 2 vCPUs",
+		"KVM (a probe boot ... user space)": "Guest on KVM (a probe boot ... user space), 2 vCPUs",
+	} {
+		var b bytes.Buffer
+		(&Report{Accel: accel}).WriteMarkdown(&b)
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("accel %q: no %q in\n%s", accel, want, b.String())
+		}
+	}
+}
