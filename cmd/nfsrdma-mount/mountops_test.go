@@ -744,9 +744,10 @@ func TestMountstatsRDMALine(t *testing.T) {
 }
 
 // TestGoSnapshotCountsAllocations: the runtime counters stats reports grow
-// by the allocations made between two readings, to within the span the
-// allocating P holds (up to a span's objects counted early or late: 8 KiB
-// of 112-byte objects, 73), and the text
+// by at least the allocations made between two readings (other tests'
+// goroutines may add theirs), to within the span the allocating P holds (a
+// span's objects counted early or late: 8 KiB of 112-byte objects, 73),
+// and the text
 // form carries them on its "nfsrdma-go:" line.
 func TestGoSnapshotCountsAllocations(t *testing.T) {
 	before := readGoSnapshot()
@@ -755,7 +756,7 @@ func TestGoSnapshotCountsAllocations(t *testing.T) {
 		keep = append(keep, make([]byte, 100))
 	}
 	after := readGoSnapshot()
-	if got := after.HeapAllocObjects - before.HeapAllocObjects; got < 10000-2*73 || got > 10000+2*73 || len(keep) != 10000 {
+	if got := after.HeapAllocObjects - before.HeapAllocObjects; got < 10000-2*73 || len(keep) != 10000 {
 		t.Errorf("%d heap allocations counted across 10000", got)
 	}
 	if got := after.HeapAllocBytes - before.HeapAllocBytes; got < 9800*100 {
