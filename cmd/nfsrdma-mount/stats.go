@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,36 @@ type snapshot struct {
 	// FUSE are the FUSE requests answered, by kind (fusefs.FUSEOp): the
 	// round trips between the applications and the mount server.
 	FUSE []fuseOpSnapshot `json:"fuse"`
+	// Go is the mount server's Go runtime: what it has allocated so far.
+	Go goSnapshot `json:"go"`
+}
+
+// goSnapshot is the Go runtime's cumulative allocation counters
+// (runtime/metrics), so that a benchmark can divide their growth by its
+// operations. The reading is exact to a span of each size class per P
+// (the runtime counts a span's objects when a P takes it).
+type goSnapshot struct {
+	// HeapAllocObjects is every heap allocation, tiny ones included
+	// (/gc/heap/allocs:objects plus /gc/heap/tiny/allocs:objects).
+	HeapAllocObjects uint64 `json:"heap_alloc_objects"`
+	HeapAllocBytes   uint64 `json:"heap_alloc_bytes"` // /gc/heap/allocs:bytes
+	GCCycles         uint64 `json:"gc_cycles"`        // /gc/cycles/total:gc-cycles
+}
+
+// readGoSnapshot reads the runtime's counters.
+func readGoSnapshot() goSnapshot {
+	ms := []metrics.Sample{
+		{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/tiny/allocs:objects"},
+		{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"},
+	}
+	metrics.Read(ms)
+	v := func(i int) uint64 {
+		if ms[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return ms[i].Value.Uint64()
+	}
+	return goSnapshot{HeapAllocObjects: v(0) + v(1), HeapAllocBytes: v(2), GCCycles: v(3)}
 }
 
 type fuseOpSnapshot struct {
@@ -86,6 +117,7 @@ type opSnapshot struct {
 // snapshot takes the mount's counters.
 func (m *mountServer) snapshot() *snapshot {
 	s := &snapshot{
+		Go:     readGoSnapshot(),
 		Device: m.inv.spec, MountPoint: m.dir, Type: fsType, PID: os.Getpid(),
 		Time: time.Now(), AgeSeconds: int64(time.Since(m.started).Seconds()),
 		Options: append([]string(nil), m.opts.canonical...),
@@ -194,6 +226,7 @@ func writeMountstats(w io.Writer, s *snapshot) {
 		}
 		fmt.Fprintf(w, "\tnfsrdma-fuse:\t%s\n", b.String())
 	}
+	fmt.Fprintf(w, "\tnfsrdma-go:\theap_alloc_objects %d heap_alloc_bytes %d gc_cycles %d\n", s.Go.HeapAllocObjects, s.Go.HeapAllocBytes, s.Go.GCCycles)
 	fmt.Fprintf(w, "\tnfsrdma-rtt:\tper op: calls, errors, timeouts, bytes, mean and max round trip, histogram\n")
 	var ops []sunrpc.OpStats
 	for _, o := range s.Ops {

@@ -61,8 +61,12 @@ func (x Ratio) Miss() float64 {
 
 // Report is a guest run's results.
 type Report struct {
-	When     time.Time `json:"when"`
-	Kernel   string    `json:"kernel"`
+	When   time.Time `json:"when"`
+	Kernel string    `json:"kernel"`
+	// Accel is how qemu ran the guest: "TCG" or "KVM", with what decided
+	// it (set by the host; empty in reports from before it was recorded,
+	// all TCG).
+	Accel    string    `json:"accel,omitempty"`
 	Measures []Measure `json:"measures"`
 	// Matrix is the workload matrix: the kernel's mount against
 	// nfsrdma-mount (Guest.Matrix).
@@ -174,7 +178,11 @@ func ReadJSON(path string) (*Report, error) {
 // WriteMarkdown writes the report as Markdown tables.
 func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "# Test-bed benchmarks (%s, guest kernel %s)\n\n", r.When.Format(time.RFC3339), r.Kernel)
-	fmt.Fprintln(w, "TCG-emulated guest, 2 vCPUs, rxe0 on dummy0 (MTU 9000): compare only figures from the same run.")
+	accel := "TCG-emulated guest"
+	if r.Accel != "" {
+		accel = "Guest on " + r.Accel
+	}
+	fmt.Fprintf(w, "%s, 2 vCPUs, rxe0 on dummy0 (MTU 9000): compare only figures from the same run.\n", accel)
 	fmt.Fprintln(w)
 	h := "##" // the level of the measures' and ratios' headings
 	if len(r.Matrix) > 0 {

@@ -42,8 +42,11 @@ type Guest struct {
 	// MountBinary (the workload matrix, Guest.Matrix, covers it).
 	NoFUSECompare bool
 
-	series  []*series // Compare's figures, one value per round
-	latFile string    // the kernel client's file of small-READ latency
+	// syscalls counts every thread's system calls while the matrix runs
+	// (nil: not counting).
+	syscalls *syscallHist
+	series   []*series // Compare's figures, one value per round
+	latFile  string    // the kernel client's file of small-READ latency
 }
 
 func (g *Guest) logf(format string, args ...any) {

@@ -112,6 +112,20 @@ type MatrixRow struct {
 	// reaches on this work on the bed.
 	Floor      []float64 `json:"floor,omitempty"`
 	FloorRatio float64   `json:"floor_ratio,omitempty"`
+	// Cost is what each client's work cost per Per unit (opcost.go):
+	// the kernel's, nfsrdma-mount's and the floor's, those measured.
+	Cost []OpCost `json:"cost,omitempty"`
+}
+
+// CostOf is the cost of client's work ("kernel", "nfsrdma-mount", "FUSE
+// floor"); nil when not measured.
+func (x MatrixRow) CostOf(client string) *OpCost {
+	for i := range x.Cost {
+		if x.Cost[i].Client == client {
+			return &x.Cost[i]
+		}
+	}
+	return nil
 }
 
 // RowRPC is one client's RPCs for a workload.
@@ -168,6 +182,7 @@ type sample struct {
 	units int64
 	rpcs  RPCCounts
 	fuse  FUSECounts // nfsrdma-mount's FUSE requests; nil for the others
+	cost  *costDelta // what the work cost (opcost.go); nil: not measured
 }
 
 // cell gathers a workload's samples over the rounds.
@@ -178,6 +193,9 @@ type cell struct {
 	floor       []*sample
 	unsupported string
 }
+
+// floorName is the FUSE floor's client name.
+const floorName = "FUSE floor"
 
 // mclient is one of the two clients under test, or the FUSE floor.
 type mclient struct {
@@ -271,30 +289,44 @@ func (c *mclient) remount(ctx context.Context) error {
 	return c.mount(ctx)
 }
 
-// rpcs reads the client's per-operation counters, and nfsrdma-mount's
-// FUSE requests (nil for the others).
-func (c *mclient) rpcs(ctx context.Context) (RPCCounts, FUSECounts, error) {
+// counters are a client's counters at one time.
+type counters struct {
+	rpcs RPCCounts
+	fuse FUSECounts // nfsrdma-mount's FUSE requests; nil for the others
+	// pid is the FUSE server process (0: the kernel client), allocs its
+	// Go heap allocations so far (-1: not reported).
+	pid    int
+	allocs int64
+}
+
+// counters reads the client's per-operation counters, and nfsrdma-mount's
+// FUSE requests and Go allocations.
+func (c *mclient) counters(ctx context.Context) (counters, error) {
 	if c.isFloor() {
-		return RPCCounts{}, nil, nil // no network
+		return counters{rpcs: RPCCounts{}, pid: c.floor.cmd.Process.Pid, allocs: -1}, nil // no network
 	}
 	if c.ours() {
 		out, err := command(ctx, c.g.MountBinary, "stats", c.dir)
 		if err != nil {
-			return nil, nil, err
+			return counters{}, err
 		}
 		r, err := ParseOurStats(out)
 		if err != nil {
-			return nil, nil, err
+			return counters{}, err
 		}
 		f, err := ParseOurFUSE(out)
-		return r, f, err
+		if err != nil {
+			return counters{}, err
+		}
+		pid, allocs, err := ParseOurGo(out)
+		return counters{rpcs: r, fuse: f, pid: pid, allocs: allocs}, err
 	}
 	data, err := os.ReadFile("/proc/self/mountstats")
 	if err != nil {
-		return nil, nil, err
+		return counters{}, err
 	}
 	r, err := ParseMountstats(string(data), c.dir)
-	return r, nil, err
+	return counters{rpcs: r, allocs: -1}, err
 }
 
 // dropCaches writes back and drops the guest's page cache, dentries and
@@ -681,9 +713,16 @@ func (g *Guest) Matrix(ctx context.Context, p MatrixPlan, checkpoint func()) {
 	}
 	defer cleanup()
 	g.Report.Note("matrix plan: %+v", p)
+	if h, err := startSyscallHist(); err != nil {
+		g.logf("matrix: the mount servers' system calls are not counted: %v", err)
+		g.Report.Note("matrix: the mount servers' system calls are not counted: %v", err)
+	} else {
+		g.syscalls = h
+		defer func() { h.stop(); g.syscalls = nil }()
+	}
 	kern := &mclient{name: "kernel", key: "kernel", dir: "/mnt/bench-kernel", g: g}
 	ours := &mclient{name: "nfsrdma-mount", key: "ours", dir: "/mnt/bench-ours", g: g}
-	floor := &mclient{name: "FUSE floor", key: "floor", dir: "/mnt/bench-floor", g: g}
+	floor := &mclient{name: floorName, key: "floor", dir: "/mnt/bench-floor", g: g}
 	main := p.only(matrixWorkloads(p))
 	var cells []*cell
 	byName := map[string]*cell{}
@@ -833,24 +872,39 @@ func (g *Guest) runOne(ctx context.Context, p MatrixPlan, round int, local strin
 		}
 	}
 	wc := &wctx{g: g, c: cl, p: p, round: round, local: local}
-	before, fBefore, err := cl.rpcs(ctx)
+	before, err := cl.counters(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("RPC counters: %w", err)
 	}
+	// The cost counters are read inside the RPC counters' window, so
+	// that running `nfsrdma-mount stats` falls outside theirs.
+	cBefore, costErr := readCost(before.pid, before.allocs, g.syscalls, false)
 	v, units, err := w.run(ctx, wc)
 	if err != nil {
 		return nil, err
 	}
-	after, fAfter, err := cl.rpcs(ctx)
+	var cAfter *costSnap
+	if costErr == nil {
+		cAfter, costErr = readCost(before.pid, -1, g.syscalls, true)
+	}
+	after, err := cl.counters(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("RPC counters: %w", err)
 	}
 	if v <= 0 {
 		return nil, fmt.Errorf("no figure (%v)", v)
 	}
-	s := &sample{value: v, units: units, rpcs: after.Sub(before)}
-	if fAfter != nil {
-		s.fuse = fAfter.Sub(fBefore)
+	s := &sample{value: v, units: units, rpcs: after.rpcs.Sub(before.rpcs)}
+	if after.fuse != nil {
+		s.fuse = after.fuse.Sub(before.fuse)
+	}
+	if costErr != nil {
+		g.logf("  %s %s: cost not counted: %v", cl.name, w.name, costErr)
+	} else {
+		if cAfter.server != nil && after.pid == before.pid {
+			cAfter.server.allocs = after.allocs
+		}
+		s.cost = cAfter.sub(cBefore)
 	}
 	return s, nil
 }
@@ -964,6 +1018,14 @@ func buildRows(cells []*cell, kern, ours *mclient) []MatrixRow {
 		}
 		x.RPCs = [2]RowRPC{rowRPC(kern.name, c.kernel), rowRPC(ours.name, c.ours)}
 		x.FUSE, x.FUSETotal = rowFUSE(c.ours)
+		for _, k := range []struct {
+			name string
+			ss   []*sample
+		}{{kern.name, c.kernel}, {ours.name, c.ours}, {floorName, c.floor}} {
+			if oc := rowCost(k.name, k.ss); oc != nil {
+				x.Cost = append(x.Cost, *oc)
+			}
+		}
 		rows = append(rows, x)
 	}
 	return rows

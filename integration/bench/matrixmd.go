@@ -32,6 +32,16 @@ func writeMatrix(w io.Writer, rows []MatrixRow) {
 		fmt.Fprintln(w, "mounted with nfsrdma-mount's FUSE settings; its ratio against the kernel mount, oriented as the others, is the")
 		fmt.Fprintln(w, "most a FUSE file system reaches on that work on this bed.")
 	}
+	hasCost := slices.ContainsFunc(rows, func(x MatrixRow) bool { return len(x.Cost) > 0 })
+	if hasCost {
+		fmt.Fprintln(w, "Cost per unit (the table under each group's): what the work cost, counted, in units that carry over from the")
+		fmt.Fprintln(w, "emulated bed, over all rounds, per unit of work. CPU: the guest's CPU time, all tasks (/proc/stat user+nice+system+irq+")
+		fmt.Fprintln(w, "softirq, 10 ms ticks), in µs; of it the kernel threads' (kworkers running rpciod's and xprtiod's work, ksoftirqd, rxe)")
+		fmt.Fprintln(w, "and nfsd's (the NFS server, in the same guest). Mount server: nfsrdma-mount's process, all threads: its run time")
+		fmt.Fprintln(w, "(schedstat), its system calls (an ftrace histogram on raw_syscalls:sys_enter, installed for the whole matrix),")
+		fmt.Fprintln(w, "its voluntary + involuntary context switches and its Go heap allocations (runtime/metrics via `nfsrdma-mount stats`).")
+		fmt.Fprintln(w, "A change that saves work shows in these; one that only moves it shows in the ratio alone.")
+	}
 	fmt.Fprintln(w)
 	gm, n := GeoMean(rows)
 	var below []string
@@ -120,6 +130,9 @@ func writeMatrix(w io.Writer, rows []MatrixRow) {
 		}
 		if len(notes) > 0 {
 			fmt.Fprintln(w)
+		}
+		if hasCost {
+			writeCostTable(w, rows, g, hasFloor)
 		}
 	}
 	fmt.Fprintf(w, "### Per-round figures and RPC counts of the last round\n\n")
@@ -232,4 +245,62 @@ func fmtBytes(b float64) string {
 		return fmt.Sprintf("%.1f KiB", b/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", b)
+}
+
+// writeCostTable writes the cost per unit of group g's rows.
+func writeCostTable(w io.Writer, rows []MatrixRow, g string, hasFloor bool) {
+	floorHead, floorRule := "", ""
+	if hasFloor {
+		floorHead, floorRule = " FUSE floor |", "---:|"
+	}
+	fmt.Fprintln(w, "| cost per unit | ratio | CPU µs: kernel | nfsrdma-mount |"+floorHead+" kernel threads + nfsd µs: kernel | nfsrdma-mount | mount server: CPU µs | system calls | context switches (vol + invol) | Go allocations |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|"+floorRule+"---:|---:|---:|---:|---:|---:|")
+	for _, x := range rows {
+		if x.Group != g {
+			continue
+		}
+		k, o, f := x.CostOf("kernel"), x.CostOf("nfsrdma-mount"), x.CostOf(floorName)
+		ratio := "-"
+		if x.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2fx", x.Ratio)
+		}
+		floorCol := ""
+		if hasFloor {
+			floorCol = " " + fmtCPU(f) + " |"
+		}
+		srv, sys, csw, allocs := "-", "-", "-", "-"
+		if o != nil && o.Server != nil {
+			s := o.Server
+			srv = fmtRate(s.CPUUS)
+			sys, allocs = fmtCount(s.Syscalls), fmtCount(s.Allocs)
+			csw = fmt.Sprintf("%s + %s", fmtRate(s.VolCSW), fmtRate(s.InvolCSW))
+		}
+		fmt.Fprintf(w, "| %s (per %s) | %s | %s | %s |%s %s | %s | %s | %s | %s | %s |\n", x.Name, x.Per, ratio, fmtCPU(k), fmtCPU(o), floorCol,
+			fmtKthreads(k), fmtKthreads(o), srv, sys, csw, allocs)
+	}
+	fmt.Fprintln(w)
+}
+
+// fmtCPU is a client's guest CPU µs per unit ("-": not measured).
+func fmtCPU(c *OpCost) string {
+	if c == nil {
+		return "-"
+	}
+	return fmtRate(c.CPUUS)
+}
+
+// fmtKthreads is "kernel threads + nfsd" µs per unit.
+func fmtKthreads(c *OpCost) string {
+	if c == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s + %s", fmtRate(c.KThreadUS), fmtRate(c.NfsdUS))
+}
+
+// fmtCount is a count per unit, "-" when not measured (negative).
+func fmtCount(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmtRate(v)
 }

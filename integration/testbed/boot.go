@@ -31,6 +31,9 @@ type RunOptions struct {
 	CPUs int
 	// KernelArgs are added to the guest kernel's command line.
 	KernelArgs string
+	// Accel is how qemu runs the guest; nil: ProbeAccel chooses (KVM
+	// where the host allows it, else TCG).
+	Accel *Accel
 	// Timeout kills a guest that has not powered off by then.
 	Timeout time.Duration
 	// Stdout receives the command's output as it runs; Log receives the
@@ -105,6 +108,10 @@ func Run(ctx context.Context, img *Image, o RunOptions) (int, error) {
 	if err != nil {
 		return 0, errors.New("testbed: qemu-system-x86_64 not found: run 'testbed build' (it installs qemu-system-x86) or apt-get install qemu-system-x86")
 	}
+	if o.Accel == nil {
+		a := ProbeAccel(ctx, img, o.Log)
+		o.Accel = &a
+	}
 	runs := filepath.Join(filepath.Dir(img.Dir), "runs")
 	if err := os.MkdirAll(runs, 0o755); err != nil {
 		return 0, err
@@ -125,16 +132,16 @@ func Run(ctx context.Context, img *Image, o RunOptions) (int, error) {
 		return 0, err
 	}
 	console := filepath.Join(ctl, "console.log")
-	args := []string{
-		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
+	args := append(o.Accel.qemuArgs(),
+		"-smp", strconv.Itoa(o.CPUs), "-m", strconv.Itoa(o.MemoryMiB),
 		"-nic", "none", "-no-reboot",
 		"-kernel", img.Kernel, "-initrd", img.Initrd,
-		"-append", strings.TrimSpace("root=/dev/vda rw console=ttyS0 loglevel=4 panic=-1 nokaslr " + clockArgs + " " + o.KernelArgs),
-		"-drive", "file=" + img.Root + ",if=virtio,format=raw,snapshot=on,cache=unsafe",
+		"-append", strings.TrimSpace("root=/dev/vda rw console=ttyS0 loglevel=4 panic=-1 nokaslr "+clockArgs+" "+o.KernelArgs),
+		"-drive", "file="+img.Root+",if=virtio,format=raw,snapshot=on,cache=unsafe",
 		"-device", "virtio-rng-pci",
-		"-virtfs", "local,path=" + ctl + ",mount_tag=ctl,security_model=none,id=ctl",
-		"-virtfs", "local,path=" + share + ",mount_tag=share,security_model=none,id=share",
-	}
+		"-virtfs", "local,path="+ctl+",mount_tag=ctl,security_model=none,id=ctl",
+		"-virtfs", "local,path="+share+",mount_tag=share,security_model=none,id=share",
+	)
 	if o.Shell {
 		args = append(args, "-nographic")
 	} else {
@@ -150,7 +157,7 @@ func Run(ctx context.Context, img *Image, o RunOptions) (int, error) {
 		cmd.Stdout, cmd.Stderr = &qerr, &qerr
 	}
 	start := time.Now()
-	fmt.Fprintf(o.Log, "[testbed] booting the guest (TCG, %d vCPUs, %d MiB; timeout %s); /share = %s\n", o.CPUs, o.MemoryMiB, o.Timeout, share)
+	fmt.Fprintf(o.Log, "[testbed] booting the guest (%s, %d vCPUs, %d MiB; timeout %s); /share = %s\n", o.Accel.Short(), o.CPUs, o.MemoryMiB, o.Timeout, share)
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("testbed: starting qemu: %w", err)
 	}

@@ -107,7 +107,8 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	// The guest's vCPUs are host threads: a busy host skews every figure,
 	// so the report says how busy it was.
 	loadBefore := hostLoad()
-	code, runErr := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs})
+	accel := testbed.ProbeAccel(ctx, img, os.Stderr)
+	code, runErr := testbed.Run(ctx, img, testbed.RunOptions{Share: wd, Timeout: *timeout, MemoryMiB: 6144, Args: gargs, Accel: &accel})
 	r, rerr := bench.ReadJSON(jsonPath)
 	if rerr != nil {
 		if runErr != nil {
@@ -120,6 +121,7 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 		r.Errors = append(r.Errors, fmt.Sprintf("the guest run failed (the report is partial): %v", runErr))
 		code = max(code, 1)
 	}
+	r.Accel = accel.String()
 	r.Note("host load average (1/5/15 min) before the guest: %s; after: %s; host CPUs: %d", loadBefore, hostLoad(), runtime.NumCPU())
 	if err := writeReports(cmd, jsonPath, r); err != nil {
 		return 1, err
