@@ -631,3 +631,5 @@ func (c *Client) destroy(ctx context.Context) error {
 	}
 	return err
 }
+
+func randRead(b []byte) (int, error) { return rand.Read(b) }
