@@ -1,0 +1,437 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/nfs4"
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"github.com/nfsrdma/nfsrdma/verbs/ibv"
+	"github.com/nfsrdma/nfsrdma/xprt"
+)
+
+// The NFSv4.1 client (package nfs4) against knfsd in the guest, over TCP
+// (2049) and RDMA (20049). knfsd has no fsid=0 export here: its v4
+// pseudo-root shows the exports at their paths, so "/export" is looked up
+// from PUTROOTFH. The server's side of each operation is checked straight on
+// the export's tmpfs.
+
+type nfs4Conn struct {
+	kind string
+	tg   *nfs4.Target
+	rdma *xprt.Transport // nil over TCP
+}
+
+// mountNFS4 mounts exportDir with NFSv4.1 over kind, with AUTH_SYS uid 0
+// (root_squash: nobody on the server). Cleanup closes it and checks that
+// Close destroyed the session and client ID without error.
+func mountNFS4(t *testing.T, kind string) *nfs4Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := &nfs4Conn{kind: kind}
+	o := &nfs4.MountOptions{Client: nfs4.ClientOptions{Cred: authSys(t, 0)}}
+	if kind == overRDMA {
+		fab, err := ibv.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Dial = func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
+			tr, err := xprt.Dial(ctx, xprt.Config{Fabric: fab, Addr: nfsRDMA})
+			n.rdma = tr
+			return tr, err
+		}
+		t.Cleanup(func() {
+			if live := fab.Live(); !live.Zero() {
+				t.Errorf("verbs resources left after Close: %+v", live)
+			}
+		})
+	}
+	tg, err := nfs4.Mount(ctx, serverAddr.String(), exportDir, o)
+	if err != nil {
+		t.Fatalf("NFSv4.1 mount over %s: %v", kind, err)
+	}
+	n.tg = tg
+	t.Cleanup(func() {
+		if n.rdma != nil {
+			t.Logf("xprt counters: %s", n.rdma.Counters())
+		}
+		if err := tg.Close(); err != nil {
+			t.Errorf("Close (DESTROY_SESSION, DESTROY_CLIENTID): %v", err)
+		}
+	})
+	return n
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestNFS4(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, kind string) {
+		n := mountNFS4(t, kind)
+		c := n.tg.Client()
+		dirName := "nfs4-" + kind
+		dir := exportSubdir(t, dirName)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+
+		t.Run("session", func(t *testing.T) {
+			_, fore := c.Session()
+			if fore.MaxRequests < 1 || fore.MaxRequests > nfs4.DefaultSlots {
+				t.Errorf("fore channel of %d slots, want 1..%d", fore.MaxRequests, nfs4.DefaultSlots)
+			}
+			if n.rdma != nil {
+				if cr := n.rdma.Credits(); cr < 1 || int(fore.MaxRequests) > cr {
+					t.Errorf("session has %d slots over an RDMA connection granting %d credits", fore.MaxRequests, cr)
+				}
+			}
+			if c.Lease() != 10*time.Second {
+				t.Errorf("lease %v, the bed sets nfsv4leasetime 10 s", c.Lease())
+			}
+			rsize, wsize := c.IOSizes()
+			if rsize < 64<<10 || wsize < 64<<10 {
+				t.Errorf("I/O sizes %d/%d, want at least 64 KiB", rsize, wsize)
+			}
+		})
+
+		t.Run("large-io", func(t *testing.T) {
+			// 3 MiB and a tail: several 1 MiB WRITEs and READs, which over
+			// RDMA travel in Read and Write chunks (the DDP-eligible items).
+			data := randomBytes(t, 3<<20+12345)
+			name := dirName + "/big"
+			before := counters(n)
+			f, err := n.tg.OpenFileContext(ctx, name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if nw, err := f.WriteAtContext(ctx, data, 0); err != nil || nw != len(data) {
+				t.Fatalf("WriteAt: %d, %v", nw, err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			srv, err := os.ReadFile(filepath.Join(dir, "big"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(srv, data) {
+				t.Fatalf("the server holds %d bytes that differ from the %d written", len(srv), len(data))
+			}
+			if st := statT(t, filepath.Join(dir, "big")); st.Mode&0o777 != 0o640 {
+				t.Errorf("created with mode %o, want 640", st.Mode&0o777)
+			}
+			got, err := n.tg.ReadFileContext(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Fatalf("read back %d bytes that differ from the %d written", len(got), len(data))
+			}
+			if n.rdma != nil {
+				after := n.rdma.Counters()
+				if after.ReadChunks <= before.ReadChunks || after.WriteChunks <= before.WriteChunks {
+					t.Errorf("1 MiB WRITEs and READs used no Read/Write chunks: read_chunks %d→%d, write_chunks %d→%d",
+						before.ReadChunks, after.ReadChunks, before.WriteChunks, after.WriteChunks)
+				}
+			}
+		})
+
+		t.Run("namespace", func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(dir, "a"), []byte("hello"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.tg.Mkdir(ctx, dirName+"/sub", 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if st := statT(t, filepath.Join(dir, "sub")); st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Mode&0o777 != 0o750 {
+				t.Errorf("mkdir made mode %o", st.Mode)
+			}
+			if err := n.tg.Symlink(ctx, "a-target/x", dirName+"/ln"); err != nil {
+				t.Fatal(err)
+			}
+			if s, err := os.Readlink(filepath.Join(dir, "ln")); err != nil || s != "a-target/x" {
+				t.Errorf("server readlink: %q, %v", s, err)
+			}
+			if s, err := n.tg.Readlink(ctx, dirName+"/ln"); err != nil || s != "a-target/x" {
+				t.Errorf("READLINK: %q, %v", s, err)
+			}
+			if err := n.tg.Rename(ctx, dirName+"/a", dirName+"/sub/b"); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := os.ReadFile(filepath.Join(dir, "sub", "b")); err != nil || string(b) != "hello" {
+				t.Errorf("after RENAME the server has %q, %v", b, err)
+			}
+			root := n.tg.Root()
+			sub, _, err := c.LookupPath(ctx, root, dirName, "sub")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, battr, err := c.Lookup(ctx, sub, "b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if battr.Type != nfs4.TypeReg || battr.Size != 5 || !battr.Has(nfs4.AttrChange) || !battr.Has(nfs4.AttrFileID) {
+				t.Errorf("attributes of b: %+v", battr)
+			}
+			if uid, ok := battr.UID(); !ok || uid != uint32(statT(t, filepath.Join(dir, "sub", "b")).Uid) {
+				t.Errorf("owner %q, the server's file has uid %d", battr.Owner, statT(t, filepath.Join(dir, "sub", "b")).Uid)
+			}
+			if p, _, err := c.LookupParent(ctx, sub); err != nil || !bytes.Equal(p, mustLookup(t, ctx, c, root, dirName)) {
+				t.Errorf("LOOKUPP: %x, %v", p, err)
+			}
+			if err := c.Link(ctx, b, sub, "b2"); err != nil {
+				t.Fatal(err)
+			}
+			if st := statT(t, filepath.Join(dir, "sub", "b")); st.Nlink != 2 {
+				t.Errorf("after LINK nlink %d, want 2", st.Nlink)
+			}
+			acc, err := c.Access(ctx, b, nfs4.AccessRead|nfs4.AccessModify)
+			if err != nil || acc.Access&nfs4.AccessRead == 0 || acc.Access&nfs4.AccessModify == 0 {
+				t.Errorf("ACCESS of a 0666 file: %+v, %v", acc, err)
+			}
+			if err := n.tg.Chmod(ctx, dirName+"/sub/b", 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if st := statT(t, filepath.Join(dir, "sub", "b")); st.Mode&0o777 != 0o600 {
+				t.Errorf("after SETATTR mode %o, want 600", st.Mode&0o777)
+			}
+			es, err := n.tg.ReadDirContext(ctx, dirName+"/sub")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, e := range es {
+				names = append(names, e.Name())
+			}
+			if !slices.Equal(names, []string{"b", "b2"}) {
+				t.Errorf("READDIR of sub: %q", names)
+			}
+			if err := n.tg.Remove(ctx, dirName+"/sub/b2"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "sub", "b2")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("after REMOVE: %v", err)
+			}
+			if _, err := n.tg.OpenFileContext(ctx, dirName+"/sub/b", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); !errors.Is(err, fs.ErrExist) {
+				t.Errorf("exclusive create of an existing file: %v, want fs.ErrExist", err)
+			}
+			if _, err := n.tg.StatContext(ctx, dirName+"/none"); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("stat of a missing file: %v, want fs.ErrNotExist", err)
+			}
+			if err := n.tg.Remove(ctx, dirName+"/sub"); !errors.Is(err, syscall.ENOTEMPTY) {
+				t.Errorf("REMOVE of a non-empty directory: %v, want ENOTEMPTY", err)
+			}
+		})
+
+		t.Run("locks", func(t *testing.T) {
+			f, err := n.tg.OpenFileContext(ctx, dirName+"/locked", os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			o := f.Open()
+			a, b := c.NewLockOwner(o), c.NewLockOwner(o)
+			if err := c.Lock(ctx, f.Handle(), a, nfs4.WriteLT, 0, 100); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := c.TestLock(ctx, f.Handle(), b, nfs4.ReadLT, 50, 10); err != nil || d == nil || d.Type != nfs4.WriteLT || d.Offset != 0 || d.Length != 100 {
+				t.Errorf("LOCKT against a write lock: %+v, %v", d, err)
+			}
+			var de *nfs4.LockDeniedError
+			if err := c.Lock(ctx, f.Handle(), b, nfs4.WriteLT, 99, 1); !errors.As(err, &de) || !errors.Is(err, syscall.EAGAIN) {
+				t.Errorf("conflicting LOCK: %v, want a LockDeniedError (EAGAIN)", err)
+			}
+			if err := c.Lock(ctx, f.Handle(), b, nfs4.WriteLT, 100, 50); err != nil {
+				t.Errorf("LOCK of the adjacent range: %v", err)
+			}
+			if err := c.Unlock(ctx, f.Handle(), a, nfs4.WriteLT, 0, 100); err != nil {
+				t.Fatal(err)
+			}
+			if d, err := c.TestLock(ctx, f.Handle(), b, nfs4.WriteLT, 0, 100); err != nil || d != nil {
+				t.Errorf("LOCKT after LOCKU: %+v, %v", d, err)
+			}
+			for _, l := range []*nfs4.LockOwner{b} {
+				if err := c.Unlock(ctx, f.Handle(), l, nfs4.WriteLT, 100, 50); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+
+		t.Run("v4.2", func(t *testing.T) {
+			// A sparse file: a hole, 64 KiB of data at 1 MiB, a hole to 4 MiB.
+			p := filepath.Join(dir, "sparse")
+			data := randomBytes(t, 64<<10)
+			sf, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sf.WriteAt(data, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			if err := sf.Truncate(4 << 20); err != nil {
+				t.Fatal(err)
+			}
+			sf.Close()
+			os.Chmod(p, 0o666)
+			f, err := n.tg.OpenFileContext(ctx, dirName+"/sparse", os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			sid := f.Open().StateID()
+			r, err := c.Seek(ctx, f.Handle(), sid, 0, nfs4.SeekData)
+			if err != nil || r.Offset != 1<<20 {
+				t.Errorf("SEEK data from 0: %+v, %v; want offset %d", r, err, 1<<20)
+			}
+			r, err = c.Seek(ctx, f.Handle(), sid, 1<<20, nfs4.SeekHole)
+			if err != nil || r.Offset != 1<<20+64<<10 {
+				t.Errorf("SEEK hole from 1 MiB: %+v, %v; want offset %d", r, err, 1<<20+64<<10)
+			}
+			if err := c.Deallocate(ctx, f.Handle(), sid, 1<<20, 4096); err != nil {
+				t.Fatal(err)
+			}
+			srv, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(srv[1<<20:1<<20+4096], make([]byte, 4096)) || !bytes.Equal(srv[1<<20+4096:1<<20+64<<10], data[4096:]) {
+				t.Error("DEALLOCATE did not zero exactly [1 MiB, +4 KiB)")
+			}
+			if err := c.Allocate(ctx, f.Handle(), sid, 8<<20, 4096); err != nil {
+				t.Fatal(err)
+			}
+			if st := statT(t, p); st.Size != 8<<20+4096 {
+				t.Errorf("after ALLOCATE to 8 MiB+4 KiB the size is %d", st.Size)
+			}
+			dst, err := n.tg.OpenFileContext(ctx, dirName+"/copy", os.O_RDWR|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			cr, err := c.Copy(ctx, f.Handle(), sid, 1<<20, dst.Handle(), dst.Open().StateID(), 0, 64<<10)
+			if err != nil || cr.Count != 64<<10 {
+				t.Fatalf("COPY: %+v, %v", cr, err)
+			}
+			want := append(make([]byte, 4096), data[4096:]...)
+			if got, err := os.ReadFile(filepath.Join(dir, "copy")); err != nil || !bytes.Equal(got, want) {
+				t.Errorf("COPY left %d bytes, want the %d copied", len(got), len(want))
+			}
+		})
+
+		t.Run("fstest", func(t *testing.T) {
+			tree := filepath.Join(dir, "tree")
+			files := map[string]string{"x": "x\n", "d/y": "why", "d/e/z": "zed", "empty": ""}
+			for name, body := range files {
+				p := filepath.Join(tree, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sub, err := fs.Sub(n.tg, dirName+"/tree")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fstest.TestFS(sub, "x", "d/y", "d/e/z", "empty"); err != nil {
+				t.Fatal(err)
+			}
+		})
+
+		t.Run("o_trunc-append", func(t *testing.T) {
+			p := filepath.Join(dir, "log")
+			if err := os.WriteFile(p, []byte("0123456789"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(p, 0o666)
+			f, err := n.tg.OpenFileContext(ctx, dirName+"/log", os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write([]byte("ab")); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if b, _ := os.ReadFile(p); string(b) != "0123456789ab" {
+				t.Errorf("O_APPEND: the server has %q", b)
+			}
+			f, err = n.tg.OpenFileContext(ctx, dirName+"/log", os.O_RDWR|os.O_TRUNC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if st := statT(t, p); st.Size != 0 {
+				t.Errorf("O_TRUNC left %d bytes", st.Size)
+			}
+			rf, err := n.tg.OpenFileContext(ctx, dirName+"/log", os.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rf.Write([]byte("x")); !errors.Is(err, syscall.EBADF) {
+				t.Errorf("write to a read-only open: %v, want EBADF", err)
+			}
+			var buf [1]byte
+			if _, err := rf.Read(buf[:]); err != io.EOF {
+				t.Errorf("read of an empty file: %v, want io.EOF", err)
+			}
+			rf.Close()
+		})
+	})
+}
+
+// TestNFS4LeaseRenewal leaves a client idle past half the lease (the bed's
+// is 10 s) and checks that the renewer sent SEQUENCE alone and that the
+// session still works after more than a lease of idleness.
+func TestNFS4LeaseRenewal(t *testing.T) {
+	n := mountNFS4(t, overRDMA)
+	c := n.tg.Client()
+	time.Sleep(c.Lease() + c.Lease()/5)
+	if got := c.Renewals(); got < 2 {
+		t.Errorf("%d renewals in 1.2 leases of idleness, want at least 2", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := n.tg.StatContext(ctx, "."); err != nil {
+		t.Errorf("after idling, the session fails: %v", err)
+	}
+	if c.Recoveries() != 0 {
+		t.Errorf("%d session recoveries: the lease lapsed", c.Recoveries())
+	}
+}
+
+func counters(n *nfs4Conn) xprt.Counters {
+	if n.rdma == nil {
+		return xprt.Counters{}
+	}
+	return n.rdma.Counters()
+}
+
+func mustLookup(t *testing.T, ctx context.Context, c *nfs4.Client, dir nfs4.FileHandle, name string) nfs4.FileHandle {
+	t.Helper()
+	fh, _, err := c.Lookup(ctx, dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fh
+}
