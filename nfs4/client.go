@@ -473,6 +473,10 @@ func (c *Client) call(ctx context.Context, build func(*compound)) error {
 // sendOnSlot sends one compound on slot sl of s and releases the slot with
 // the outcome.
 func (c *Client) sendOnSlot(ctx context.Context, s *session, sl Slot, build func(*compound)) error {
+	if err := ctx.Err(); err != nil {
+		s.release(sl, NotSent)
+		return err
+	}
 	for {
 		s.mu.Lock()
 		highest := s.table.HighestHeld()

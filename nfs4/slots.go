@@ -18,14 +18,16 @@ import "fmt"
 // Replied (the server processed the SEQUENCE) advances it; NotSent (the
 // request never left, or the server refused it before SEQUENCE took the
 // slot: BADSESSION, BADSLOT, SEQ_MISORDERED) keeps it; Unknown (sent, no
-// reply: a cancelled or timed-out call) advances it and marks the slot
-// uncertain: if the server never saw the request, the next use gets
-// NFS4ERR_SEQ_MISORDERED, and Misordered steps the slot back once so that
-// the retry carries the id the server expects.
+// reply: a cancelled or timed-out call) advances it and counts the slot one
+// more step uncertain. After k unknown outcomes the server expects one of
+// the k+1 ids up to the slot's; the next use carries the highest, and each
+// NFS4ERR_SEQ_MISORDERED steps back one (Misordered) until the server
+// accepts, never below the id after the last one it answered, so no retry
+// ever repeats an id the server executed.
 type SlotTable struct {
 	seq       []uint32
 	busy      []bool
-	uncertain []bool
+	uncertain []uint32 // unknown outcomes since the slot's last reply
 	held      int
 	limit     int
 }
@@ -57,7 +59,7 @@ func NewSlotTable(n int) *SlotTable {
 	if n < 1 || n > 1<<16 {
 		panic(fmt.Sprintf("nfs4: NewSlotTable(%d)", n))
 	}
-	t := &SlotTable{seq: make([]uint32, n), busy: make([]bool, n), uncertain: make([]bool, n), limit: n}
+	t := &SlotTable{seq: make([]uint32, n), busy: make([]bool, n), uncertain: make([]uint32, n), limit: n}
 	for i := range t.seq {
 		t.seq[i] = 1
 	}
@@ -109,23 +111,23 @@ func (t *SlotTable) Release(s Slot, o Outcome) {
 	switch o {
 	case Replied:
 		t.seq[s.ID]++
-		t.uncertain[s.ID] = false
+		t.uncertain[s.ID] = 0
 	case Unknown:
 		t.seq[s.ID]++
-		t.uncertain[s.ID] = true
+		t.uncertain[s.ID]++
 	}
 }
 
-// Misordered handles NFS4ERR_SEQ_MISORDERED for held slot s: when the
-// slot's previous request had an Unknown outcome (so the server may never
-// have seen it), the slot steps back to that request's sequence id, s is
-// updated to carry it, and Misordered reports true: send again. Otherwise
-// (the ids really disagree) it reports false and the slot keeps its id.
+// Misordered handles NFS4ERR_SEQ_MISORDERED for held slot s: while
+// requests with Unknown outcomes precede it (the server may never have seen
+// them), the slot steps back one id, s is updated to carry it, and
+// Misordered reports true: send again. Otherwise (the ids really disagree)
+// it reports false and the slot keeps its id.
 func (t *SlotTable) Misordered(s *Slot) bool {
-	if int(s.ID) >= len(t.busy) || !t.busy[s.ID] || !t.uncertain[s.ID] {
+	if int(s.ID) >= len(t.busy) || !t.busy[s.ID] || t.uncertain[s.ID] == 0 {
 		return false
 	}
-	t.uncertain[s.ID] = false
+	t.uncertain[s.ID]--
 	t.seq[s.ID]--
 	s.Seq = t.seq[s.ID]
 	return true

@@ -89,6 +89,24 @@ func TestSlotTableUnknownOutcome(t *testing.T) {
 	if st.Misordered(&s) {
 		t.Error("a step back on a slot whose last outcome was known")
 	}
+	st.Release(s, Replied) // seq 2 answered: the server expects 3
+	// Two unknown outcomes: the server expects 3, 4 or 5; the client tries
+	// 5, then 4, then 3, and no lower.
+	s, _ = st.Acquire()
+	st.Release(s, Unknown)
+	s, _ = st.Acquire()
+	st.Release(s, Unknown)
+	s, _ = st.Acquire()
+	var tried []uint32
+	for {
+		tried = append(tried, s.Seq)
+		if !st.Misordered(&s) {
+			break
+		}
+	}
+	if len(tried) != 3 || tried[0] != 5 || tried[2] != 3 {
+		t.Errorf("ids tried after two unknown outcomes: %v, want [5 4 3]", tried)
+	}
 }
 
 func TestSlotTableReleasePanicsOnCallerBug(t *testing.T) {

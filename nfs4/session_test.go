@@ -1,0 +1,248 @@
+package nfs4
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nfsrdma/nfsrdma/sunrpc"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newTestClient(t *testing.T, s *fakeServer, opts *ClientOptions) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if opts == nil {
+		opts = &ClientOptions{}
+	}
+	opts.AuthNone = true
+	opts.DelayRetry = time.Millisecond
+	c, err := NewClient(ctx, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestSessionLifecycle: EXCHANGE_ID, CREATE_SESSION sized by MaxSlots,
+// RECLAIM_COMPLETE and the lease at NewClient; DESTROY_SESSION and
+// DESTROY_CLIENTID at Close, which is idempotent and leaves no goroutine.
+func TestSessionLifecycle(t *testing.T) {
+	s := newFakeServer(60, 8)
+	c := newTestClient(t, s, &ClientOptions{MaxSlots: 4})
+	if c.Lease() != 60*time.Second {
+		t.Errorf("lease %v", c.Lease())
+	}
+	_, fore := c.Session()
+	if fore.MaxRequests != 4 {
+		t.Errorf("fore channel of %d slots, want the 4 asked", fore.MaxRequests)
+	}
+	if _, _, n := s.counts(); n != 1 {
+		t.Errorf("%d sessions on the server", n)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if s.destroyed.sessions != 1 || s.destroyed.clients != 1 {
+		t.Errorf("destroyed %d sessions and %d client IDs, want 1 and 1", s.destroyed.sessions, s.destroyed.clients)
+	}
+	if _, err := c.RootFH(context.Background()); !errors.Is(err, ErrClientClosed) {
+		t.Errorf("call after Close: %v", err)
+	}
+}
+
+// creditTransport is a fakeServer whose transport reports a credit limit,
+// as xprt does.
+type creditTransport struct {
+	*fakeServer
+	credits int
+}
+
+func (c creditTransport) Credits() int { return c.credits }
+
+// TestSlotsCappedByCredits: the session never asks for more slots than the
+// transport's credits (RPC-over-RDMA flow control).
+func TestSlotsCappedByCredits(t *testing.T) {
+	s := newFakeServer(60, 64)
+	ctx := context.Background()
+	c, err := NewClient(ctx, creditTransport{s, 5}, &ClientOptions{AuthNone: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, fore := c.Session(); fore.MaxRequests != 5 {
+		t.Errorf("%d slots over a transport granting 5 credits", fore.MaxRequests)
+	}
+}
+
+// TestSlotsAreFlowControl: with 2 slots, at most 2 compounds are
+// outstanding; the others wait, and all complete.
+func TestSlotsAreFlowControl(t *testing.T) {
+	s := newFakeServer(60, 2)
+	gate := &gatedTransport{fakeServer: s, release: make(chan struct{})}
+	c, err := NewClient(context.Background(), s, &ClientOptions{AuthNone: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Swap in the gate after establishment.
+	c.rpc, _ = sunrpc.NewClient(gate, sunrpc.ClientConfig{Prog: Program, Vers: Version})
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.RootFH(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for gate.waiting() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if w := gate.waiting(); w != 2 {
+		t.Errorf("%d compounds outstanding on a session of 2 slots", w)
+	}
+	close(gate.release)
+	wg.Wait()
+	if gate.max != 2 {
+		t.Errorf("at most %d outstanding, want 2", gate.max)
+	}
+}
+
+type gatedTransport struct {
+	*fakeServer
+	release chan struct{}
+	mu      sync.Mutex
+	n, max  int
+}
+
+func (g *gatedTransport) waiting() int { g.mu.Lock(); defer g.mu.Unlock(); return g.n }
+
+func (g *gatedTransport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc.Reply, error) {
+	g.mu.Lock()
+	g.n++
+	g.max = max(g.max, g.n)
+	g.mu.Unlock()
+	<-g.release
+	g.mu.Lock()
+	g.n--
+	g.mu.Unlock()
+	return g.fakeServer.RoundTrip(ctx, req)
+}
+
+// TestLeaseRenewal: an idle client sends SEQUENCE alone every half lease.
+func TestLeaseRenewal(t *testing.T) {
+	s := newFakeServer(1, 4) // a 1 s lease: renewals every 500 ms
+	c := newTestClient(t, s, nil)
+	time.Sleep(1700 * time.Millisecond)
+	seqOnly, _, _ := s.counts()
+	if seqOnly < 2 || c.Renewals() < 2 {
+		t.Errorf("%d SEQUENCE-only compounds (%d renewals counted) in 1.7 leases of idleness, want at least 2", seqOnly, c.Renewals())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after, _, _ := s.counts()
+	time.Sleep(700 * time.Millisecond)
+	if n, _, _ := s.counts(); n != after {
+		t.Errorf("renewals after Close: %d → %d", after, n)
+	}
+}
+
+// TestBusyClientSendsNoRenewals: SEQUENCE on ordinary compounds renews the
+// lease, so a busy client sends no extra SEQUENCE.
+func TestBusyClientSendsNoRenewals(t *testing.T) {
+	s := newFakeServer(1, 4)
+	c := newTestClient(t, s, nil)
+	defer c.Close()
+	end := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(end) {
+		if _, err := c.RootFH(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, _, _ := s.counts(); n != 0 {
+		t.Errorf("%d SEQUENCE-only compounds from a client busy every 50 ms", n)
+	}
+}
+
+// TestRecoverBadSession: a session the server lost is replaced and the call
+// retried on the new one.
+func TestRecoverBadSession(t *testing.T) {
+	s := newFakeServer(60, 4)
+	c := newTestClient(t, s, nil)
+	defer c.Close()
+	old, _ := c.Session()
+	s.killSessions()
+	if _, err := c.RootFH(context.Background()); err != nil {
+		t.Fatalf("call after the session was lost: %v", err)
+	}
+	if cur, _ := c.Session(); cur == old || c.Recoveries() != 1 {
+		t.Errorf("session %x (was %x), %d recoveries", cur, old, c.Recoveries())
+	}
+}
+
+// TestRecoverStaleClientID: a server that lost the client ID too (a
+// restart) gets a new EXCHANGE_ID and session.
+func TestRecoverStaleClientID(t *testing.T) {
+	s := newFakeServer(60, 4)
+	c := newTestClient(t, s, nil)
+	defer c.Close()
+	s.restart()
+	if _, err := c.RootFH(context.Background()); err != nil {
+		t.Fatalf("call after the server restarted: %v", err)
+	}
+	if c.Recoveries() != 1 {
+		t.Errorf("%d recoveries", c.Recoveries())
+	}
+}
+
+// TestUnknownOutcomeThenMisordered: a request whose reply is lost leaves
+// its slot uncertain; the next use carries seq+1, which is right when the
+// server executed it (as the fake did).
+func TestUnknownOutcomeAdvancesSlot(t *testing.T) {
+	s := newFakeServer(60, 1)
+	c := newTestClient(t, s, nil)
+	defer c.Close()
+	s.mu.Lock()
+	s.dropNext = true
+	s.mu.Unlock()
+	if _, err := c.RootFH(context.Background()); !errors.Is(err, errLost) {
+		t.Fatalf("the lost reply: %v", err)
+	}
+	if _, err := c.RootFH(context.Background()); err != nil {
+		t.Fatalf("the next call on the slot: %v", err)
+	}
+}
+
+// TestUnknownOutcomeNotExecuted: a request that never reached the server
+// (cancelled before its turn) leaves the slot uncertain; the server answers
+// SEQ_MISORDERED to seq+1 and the client retries with seq.
+func TestUnknownOutcomeNotExecuted(t *testing.T) {
+	s := newFakeServer(60, 1)
+	c := newTestClient(t, s, nil)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.RootFH(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	// acquire saw the cancelled context first: nothing was sent, slot intact.
+	sl, _ := c.sess.table.Acquire()
+	c.sess.table.Release(sl, Unknown) // as if sent and given up
+	if _, err := c.RootFH(context.Background()); err != nil {
+		t.Fatalf("call after an unknown outcome the server never saw: %v", err)
+	}
+}
