@@ -18,6 +18,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/nfsrdma/nfsrdma"
 	"github.com/nfsrdma/nfsrdma/nfs4"
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/verbs/ibv"
@@ -434,4 +435,31 @@ func mustLookup(t *testing.T, ctx context.Context, c *nfs4.Client, dir nfs4.File
 		t.Fatal(err)
 	}
 	return fh
+}
+
+// TestNFS4MountV4 mounts through the module's front door, nfsrdma.MountV4,
+// over RDMA and TCP, and reads a file the server wrote.
+func TestNFS4MountV4(t *testing.T) {
+	dir := exportSubdir(t, "nfs4-front")
+	want := randomBytes(t, 200<<10)
+	if err := os.WriteFile(filepath.Join(dir, "f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tcp := range []bool{false, true} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		tg, err := nfsrdma.MountV4(ctx, serverAddr.String()+":"+exportDir, &nfsrdma.OptionsV4{
+			TCP: tcp, MountOptions: nfs4.MountOptions{Client: nfs4.ClientOptions{Cred: authSys(t, 0)}}})
+		if err != nil {
+			cancel()
+			t.Fatalf("MountV4 (tcp %v): %v", tcp, err)
+		}
+		got, err := tg.ReadFileContext(ctx, "nfs4-front/f")
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("tcp %v: read %d bytes (%v), want the server's %d", tcp, len(got), err, len(want))
+		}
+		if err := tg.Close(); err != nil {
+			t.Errorf("tcp %v: Close: %v", tcp, err)
+		}
+		cancel()
+	}
 }

@@ -635,11 +635,11 @@ func (f *File) Write(p []byte) (int, error) {
 
 // Seek sets the offset of the next Read or Write (io.Seeker).
 func (f *File) Seek(offset int64, whence int) (int64, error) {
-	if err := f.check("seek", false); err != nil && f.flag&accModes != os.O_WRONLY {
-		return 0, err
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.closed {
+		return 0, pathErr("seek", f.name, fs.ErrClosed)
+	}
 	var base int64
 	switch whence {
 	case io.SeekStart:

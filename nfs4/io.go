@@ -160,8 +160,11 @@ func (c *Client) WriteAt(ctx context.Context, fh FileHandle, sid StateID, p []by
 	}
 }
 
+// writeFull writes p with how; a server that committed less than asked
+// (RFC 8881 §18.32.3 allows more, never less, but be safe) gets a COMMIT.
 func (c *Client) writeFull(ctx context.Context, fh FileHandle, sid StateID, p []byte, off int64, how StableHow) (int, error) {
 	done := 0
+	weaker := false
 	for done < len(p) {
 		r, err := c.Write(ctx, fh, sid, uint64(off)+uint64(done), p[done:], how)
 		if err != nil {
@@ -170,7 +173,13 @@ func (c *Client) writeFull(ctx context.Context, fh FileHandle, sid StateID, p []
 		if r.Count == 0 {
 			return done, io.ErrShortWrite
 		}
+		weaker = weaker || r.Committed < how
 		done += int(r.Count)
+	}
+	if weaker {
+		if _, err := c.Commit(ctx, fh, uint64(off), clampSize(len(p))); err != nil {
+			return done, err
+		}
 	}
 	return done, nil
 }
