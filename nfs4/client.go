@@ -294,10 +294,15 @@ func (c *Client) foreChannel() ChannelAttrs {
 		MaxRequestSize:        uint32(c.opts.MaxIO + overhead),
 		MaxResponseSize:       uint32(c.opts.MaxIO + overhead),
 		MaxResponseSizeCached: cached,
-		MaxOperations:         16,
+		MaxOperations:         maxOperations,
 		MaxRequests:           uint32(slots),
 	}
 }
+
+// maxOperations is the ca_maxoperations asked for: knfsd's limit
+// (NFSD_MAX_OPS_PER_COMPOUND) in Linux 6.1; longer paths are looked up in
+// several compounds.
+const maxOperations = 50
 
 // backChannel is the back channel asked for, which this client never binds
 // (csa_flags has no CONN_BACK_CHAN); servers still check the values.

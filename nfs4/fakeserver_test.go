@@ -24,6 +24,7 @@ type fakeServer struct {
 	nextID    uint64
 	seqOnly   int // SEQUENCE-only compounds (lease renewals)
 	compounds int
+	mostOps   int // the most operations in one compound
 	destroyed struct{ sessions, clients int }
 	// dropNext makes the next SEQUENCE compound executed but its reply
 	// lost (the call fails with errLost), once.
@@ -110,6 +111,7 @@ func (s *fakeServer) compound(d *sunrpc.Decoder) (res []byte, drop bool) {
 		return words3(uint32(ErrMinorVersMismatch), 0, 0), false
 	}
 	n := int(d.Uint32())
+	s.mostOps = max(s.mostOps, n)
 	var body []byte
 	status := OK
 	done := 0
@@ -223,6 +225,12 @@ func (s *fakeServer) op(d *sunrpc.Decoder, op Op, n int) (Status, []byte) {
 		d.Bool()
 		return OK, nil
 	case OpPutRootFH:
+		return OK, nil
+	case OpPutFH:
+		d.Opaque(MaxFH)
+		return OK, nil
+	case OpLookup:
+		d.String(maxName)
 		return OK, nil
 	case OpGetFH:
 		return OK, sunrpc.AppendOpaque(nil, []byte("root"))

@@ -54,24 +54,32 @@ func (c *Client) LookupPath(ctx context.Context, dir FileHandle, names ...string
 			}
 		}
 	}
-	if len(names) > 48 {
-		return nil, Attr{}, fmt.Errorf("nfs4: a path of %d components (at most 48 per lookup)", len(names))
-	}
-	var fh FileHandle
-	var a Attr
-	err := c.call(ctx, func(cb *compound) {
-		cb.putDir(dir)
-		for _, n := range names {
-			if n == ".." {
-				cb.lookupP()
-			} else {
-				cb.lookup(n)
+	// A compound holds SEQUENCE, PUTFH, the lookups, GETFH and GETATTR
+	// within the session's ca_maxoperations: a longer path takes several.
+	_, fore := c.Session()
+	per := max(int(fore.MaxOperations)-4, 1)
+	for {
+		step := names[:min(per, len(names))]
+		names = names[len(step):]
+		var fh FileHandle
+		var a Attr
+		err := c.call(ctx, func(cb *compound) {
+			cb.putDir(dir)
+			for _, n := range step {
+				if n == ".." {
+					cb.lookupP()
+				} else {
+					cb.lookup(n)
+				}
 			}
+			cb.getFH(&fh)
+			cb.getAttr(StatAttrs, &a)
+		})
+		if err != nil || len(names) == 0 {
+			return fh, a, err
 		}
-		cb.getFH(&fh)
-		cb.getAttr(StatAttrs, &a)
-	})
-	return fh, a, err
+		dir = fh
+	}
 }
 
 // Lookup looks name up in dir (LOOKUP, RFC 8881 §18.15).

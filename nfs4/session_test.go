@@ -246,3 +246,20 @@ func TestUnknownOutcomeNotExecuted(t *testing.T) {
 		t.Fatalf("call after an unknown outcome the server never saw: %v", err)
 	}
 }
+
+// TestLongPathLookupSplits: a path longer than the session's
+// ca_maxoperations allows in one compound is looked up in several.
+func TestLongPathLookupSplits(t *testing.T) {
+	s := newFakeServer(60, 4)
+	c := newTestClient(t, s, &ClientOptions{Fore: &ChannelAttrs{MaxRequestSize: 1 << 20, MaxResponseSize: 1 << 20, MaxOperations: 6, MaxRequests: 4}})
+	defer c.Close()
+	_, before, _ := s.counts()
+	names := []string{"a", "b", "c", "d", "e"}
+	if _, _, err := c.LookupPath(context.Background(), nil, names...); err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := s.counts()
+	if after-before != 3 || s.mostOps > 6 {
+		t.Errorf("5 lookups with ca_maxoperations 6: %d compounds, the largest of %d operations; want 3 of at most 6", after-before, s.mostOps)
+	}
+}
