@@ -106,6 +106,9 @@ func TestNFS4(t *testing.T) {
 					t.Errorf("session has %d slots over an RDMA connection granting %d credits", fore.MaxRequests, cr)
 				}
 			}
+			if c.MinorVersion() != 2 {
+				t.Errorf("minor version %d with knfsd, which serves 4.2", c.MinorVersion())
+			}
 			if c.Lease() != 10*time.Second {
 				t.Errorf("lease %v, the bed sets nfsv4leasetime 10 s", c.Lease())
 			}
@@ -158,8 +161,20 @@ func TestNFS4(t *testing.T) {
 		})
 
 		t.Run("namespace", func(t *testing.T) {
-			if err := os.WriteFile(filepath.Join(dir, "a"), []byte("hello"), 0o666); err != nil {
+			// Created through the client, so that nobody (root squashed)
+			// owns it and may chmod it.
+			af, err := n.tg.OpenFileContext(ctx, dirName+"/a", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+			if err != nil {
 				t.Fatal(err)
+			}
+			if _, err := af.Write([]byte("hello")); err != nil {
+				t.Fatal(err)
+			}
+			if err := af.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st := statT(t, filepath.Join(dir, "a")); st.Uid != 65534 || st.Mode&0o777 != 0o666 {
+				t.Errorf("created as uid %d mode %o, want nobody (root squashed) and 666", st.Uid, st.Mode&0o777)
 			}
 			if err := n.tg.Mkdir(ctx, dirName+"/sub", 0o750); err != nil {
 				t.Fatal(err)

@@ -50,6 +50,12 @@ type ClientOptions struct {
 	DelayRetry    time.Duration
 	MaxDelayRetry time.Duration
 
+	// MinorVersion is the highest NFSv4 minor version to use, 1 or 2
+	// (default MaxMinorVersion); a server that answers
+	// NFS4ERR_MINOR_VERS_MISMATCH to 2 is spoken to in 1, where the NFSv4.2
+	// operations fail with ErrOpIllegal.
+	MinorVersion uint32
+
 	// OwnerID replaces the client owner id (client_owner4.co_ownerid),
 	// which is otherwise unique per host, process and Client.
 	OwnerID string
@@ -84,6 +90,7 @@ type Client struct {
 	log   *slog.Logger
 	owner ClientOwner
 	lease time.Duration
+	minor atomic.Uint32 // the minor version of every COMPOUND, settled by EXCHANGE_ID
 
 	recoverMu sync.Mutex
 
@@ -148,6 +155,14 @@ func NewClient(ctx context.Context, t sunrpc.Transport, opts *ClientOptions) (*C
 	if c.opts.MaxIO <= 0 {
 		c.opts.MaxIO = DefaultMaxIO
 	}
+	switch c.opts.MinorVersion {
+	case 0:
+		c.opts.MinorVersion = MaxMinorVersion
+	case 1, 2:
+	default:
+		return nil, fmt.Errorf("nfs4: minor version %d: this client speaks 1 and 2", c.opts.MinorVersion)
+	}
+	c.minor.Store(c.opts.MinorVersion)
 	if c.opts.Cred.Flavor == sunrpc.AuthFlavorNone && len(c.opts.Cred.Body) == 0 && !c.opts.AuthNone {
 		cred, err := nfs3.ProcessCred()
 		if err != nil {
@@ -200,6 +215,7 @@ func (c *Client) callNoSeq(ctx context.Context, build func(*compound)) error {
 	delay := c.opts.DelayRetry
 	for {
 		cb := newCompound()
+		cb.setMinor(c.minor.Load())
 		build(cb)
 		err := c.roundTrip(c.machine(ctx), cb)
 		var oe *OpError
@@ -253,10 +269,22 @@ func (c *Client) establish(ctx context.Context) error {
 	return c.call(ctx, func(cb *compound) { cb.reclaimComplete() })
 }
 
-// exchangeID obtains the client ID (RFC 8881 §18.35).
+// exchangeID obtains the client ID (RFC 8881 §18.35), settling the minor
+// version: the highest allowed that the server accepts (RFC 8881 §16.2.3:
+// a server refuses a minor version it lacks with MINOR_VERS_MISMATCH
+// before any operation).
 func (c *Client) exchangeID(ctx context.Context) error {
 	var r ExchangeIDResult
-	err := c.callNoSeq(ctx, func(cb *compound) { cb.exchangeID(&c.owner, 0, &r) })
+	var err error
+	for {
+		err = c.callNoSeq(ctx, func(cb *compound) { cb.exchangeID(&c.owner, 0, &r) })
+		var oe *OpError
+		if m := c.minor.Load(); m > 1 && errors.As(err, &oe) && oe.Status == ErrMinorVersMismatch {
+			c.minor.Store(m - 1)
+			continue
+		}
+		break
+	}
 	if err != nil {
 		return fmt.Errorf("nfs4: EXCHANGE_ID: %w", err)
 	}
@@ -351,6 +379,9 @@ func (c *Client) learnLease(ctx context.Context) error {
 	c.lease = time.Duration(a.LeaseTime) * time.Second
 	return nil
 }
+
+// MinorVersion returns the NFSv4 minor version in use (1 or 2).
+func (c *Client) MinorVersion() uint32 { return c.minor.Load() }
 
 // Lease returns the server's lease time.
 func (c *Client) Lease() time.Duration { return c.lease }
@@ -487,6 +518,7 @@ func (c *Client) sendOnSlot(ctx context.Context, s *session, sl Slot, build func
 		highest := s.table.HighestHeld()
 		s.mu.Unlock()
 		cb := newCompound()
+		cb.setMinor(c.minor.Load())
 		var sr SequenceResult
 		cb.sequence(&SequenceArgs{SessionID: s.id, SequenceID: sl.Seq, SlotID: sl.ID, HighestSlot: highest}, &sr)
 		build(cb)

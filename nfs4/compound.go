@@ -8,13 +8,15 @@ import (
 
 // The NFSv4 program (RFC 8881 §16.1, §18: NFSPROC4_NULL and NFSPROC4_COMPOUND).
 const (
-	Program       = 100003
-	Version       = 4
-	MinorVersion  = 1 // the minor version every COMPOUND is sent as; NFSv4.2 operations need a server of 4.2 (RFC 7862 §1)
-	procNull      = 0
-	procCompound  = 1
-	maxTag        = 1024 // bound on a reply's tag (the client sends none)
-	maxOpsInReply = 64   // more than any compound this package sends
+	Program = 100003
+	Version = 4
+	// MaxMinorVersion is the highest minor version this client speaks: the
+	// NFSv4.2 operations (RFC 7862) need it; a server of 4.1 only gets 1.
+	MaxMinorVersion = 2
+	procNull        = 0
+	procCompound    = 1
+	maxTag          = 1024 // bound on a reply's tag (the client sends none)
+	maxOpsInReply   = 64   // more than any compound this package sends
 )
 
 // Op is nfs_opnum4 (RFC 8881 §16.2.1, RFC 7862 §15.1).
@@ -135,16 +137,20 @@ type compound struct {
 	maxResults int // bound of the results' encoded size, status and tag included
 }
 
-// newCompound starts COMPOUND4args with an empty tag and minor version 1.
+// newCompound starts COMPOUND4args with an empty tag and minor version 1;
+// setMinor changes it.
 func newCompound() *compound {
 	c := &compound{head: make([]byte, 0, 256)}
 	c.head = sunrpc.AppendUint32(c.head, 0) // tag: empty utf8str_cs
-	c.head = sunrpc.AppendUint32(c.head, MinorVersion)
+	c.head = sunrpc.AppendUint32(c.head, 1)
 	c.countAt = len(c.head)
 	c.head = sunrpc.AppendUint32(c.head, 0) // the count, set by args
 	c.maxResults = 4 + 4 + 4                // status, empty tag, resarray count
 	return c
 }
+
+// setMinor sets the compound's minorversion.
+func (c *compound) setMinor(minor uint32) { putUint32(c.head[4:], minor) }
 
 // buf returns the slice the next argument bytes are appended to.
 func (c *compound) buf() *[]byte {

@@ -1,5 +1,5 @@
 // Package nfs4 is an NFS version 4.1 client (RFC 8881) with the NFSv4.2
-// operations of RFC 7862, on any sunrpc.Transport: TCP (port 2049, no port
+// operations of RFC 7862 (minor version 2 when the server has it), on any sunrpc.Transport: TCP (port 2049, no port
 // mapper and no MOUNT protocol) or RPC-over-RDMA through package xprt (port
 // 20049).
 //
@@ -41,13 +41,17 @@
 // unwrapping to its Status, which maps to errno values and io/fs sentinels
 // as the Linux client does.
 //
-// Over RPC-over-RDMA the DDP-eligible items of a COMPOUND (RFC 8267 §6.1:
-// WRITE data and a symbolic link's text in calls, READ data and READLINK
-// text in replies) travel as the request's bulk part exactly as nfs3's do:
-// WRITE data as Request.Bulk (in a Read chunk when the call does not fit
-// inline), READ data landing in the caller's buffer offered as
+// Over RPC-over-RDMA the DDP-eligible items of a COMPOUND (RFC 8267 §6.1)
+// travel as the request's bulk part exactly as nfs3's do: WRITE data and a
+// symbolic link's text as Request.Bulk (in a Read chunk when the call does
+// not fit inline), READ data landing in the caller's buffer offered as
 // Request.ReplyBulk (a Write chunk). A compound carries at most one such
-// item.
+// item. READLINK text is DDP-eligible too but, as with the Linux client,
+// comes inline or in a Reply chunk: knfsd (Linux 6.1) places the NFSv4
+// READLINK payload wrongly in a Write chunk.
+//
+// The minor version is the highest of ClientOptions.MinorVersion (default
+// 2) that the server accepts at EXCHANGE_ID; a 4.1-only server gets 1.
 //
 // Target is the path API and io/fs file system (fs.FS, fs.StatFS,
 // fs.ReadDirFS, fs.ReadFileFS; testing/fstest passes on knfsd), shaped like

@@ -17,6 +17,7 @@ type fakeServer struct {
 	mu        sync.Mutex
 	lease     uint32
 	maxSlots  uint32
+	maxMinor  uint32 // the highest minor version served
 	target    uint32 // sr_target_highest_slotid; 0 means maxSlots-1
 	owners    map[string]uint64
 	clients   map[uint64]bool
@@ -40,7 +41,7 @@ type fakeSession struct {
 var errLost = fmt.Errorf("fake: reply lost")
 
 func newFakeServer(lease uint32, slots uint32) *fakeServer {
-	return &fakeServer{lease: lease, maxSlots: slots, owners: map[string]uint64{}, clients: map[uint64]bool{}, sessions: map[SessionID]*fakeSession{}, nextID: 0x100}
+	return &fakeServer{lease: lease, maxSlots: slots, maxMinor: 1, owners: map[string]uint64{}, clients: map[uint64]bool{}, sessions: map[SessionID]*fakeSession{}, nextID: 0x100}
 }
 
 func (s *fakeServer) Close() error {
@@ -107,7 +108,7 @@ func (s *fakeServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrp
 // compound executes COMPOUND4args and returns COMPOUND4res.
 func (s *fakeServer) compound(d *sunrpc.Decoder) (res []byte, drop bool) {
 	d.Opaque(maxTag)
-	if minor := d.Uint32(); minor != 1 {
+	if minor := d.Uint32(); minor < 1 || minor > s.maxMinor {
 		return words3(uint32(ErrMinorVersMismatch), 0, 0), false
 	}
 	n := int(d.Uint32())

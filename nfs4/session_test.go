@@ -263,3 +263,19 @@ func TestLongPathLookupSplits(t *testing.T) {
 		t.Errorf("5 lookups with ca_maxoperations 6: %d compounds, the largest of %d operations; want 3 of at most 6", after-before, s.mostOps)
 	}
 }
+
+// TestMinorVersion: the client speaks 2 to a server of 4.2 and falls back to
+// 1 when the server refuses 2 with MINOR_VERS_MISMATCH.
+func TestMinorVersion(t *testing.T) {
+	for _, tc := range []struct{ server, asked, want uint32 }{{1, 0, 1}, {2, 0, 2}, {2, 1, 1}} {
+		s := newFakeServer(60, 4)
+		s.maxMinor = tc.server
+		c := newTestClient(t, s, &ClientOptions{MinorVersion: tc.asked})
+		if got := c.MinorVersion(); got != tc.want {
+			t.Errorf("server of 4.%d, asked %d: minor version %d, want %d", tc.server, tc.asked, got, tc.want)
+		}
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
