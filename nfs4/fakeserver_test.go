@@ -31,6 +31,12 @@ type fakeServer struct {
 	// lost (the call fails with errLost), once.
 	dropNext bool
 	closed   bool
+	// One regular file, behind any handle: its data, the write verifier,
+	// and a restart (new verifier) after the bumpAfter-th WRITE (0: never).
+	data      []byte
+	verf      Verifier
+	writes    int
+	bumpAfter int
 }
 
 type fakeSession struct {
@@ -227,6 +233,33 @@ func (s *fakeServer) op(d *sunrpc.Decoder, op Op, n int) (Status, []byte) {
 		return OK, nil
 	case OpPutRootFH:
 		return OK, nil
+	case OpRead:
+		d.FixedOpaque(stateIDSize)
+		off, count := d.Uint64(), d.Uint32()
+		lo := min(off, uint64(len(s.data)))
+		hi := min(lo+uint64(count), uint64(len(s.data)))
+		r = sunrpc.AppendBool(r, hi == uint64(len(s.data)))
+		return OK, sunrpc.AppendOpaque(r, s.data[lo:hi])
+	case OpWrite:
+		d.FixedOpaque(stateIDSize)
+		off := d.Uint64()
+		d.Uint32()
+		p := d.Opaque(-1)
+		if end := int(off) + len(p); end > len(s.data) {
+			s.data = append(s.data, make([]byte, end-len(s.data))...)
+		}
+		copy(s.data[off:], p)
+		s.writes++
+		if s.writes == s.bumpAfter {
+			s.verf[0]++
+		}
+		r = sunrpc.AppendUint32(r, uint32(len(p)))
+		r = sunrpc.AppendUint32(r, uint32(Unstable))
+		return OK, append(r, s.verf[:]...)
+	case OpCommit:
+		d.Uint64()
+		d.Uint32()
+		return OK, append(r, s.verf[:]...)
 	case OpPutFH:
 		d.Opaque(MaxFH)
 		return OK, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // ioOverhead is what a READ or WRITE compound holds besides the payload:
@@ -25,37 +26,25 @@ func (c *Client) IOSizes() (rsize, wsize int) {
 }
 
 // window runs fn(i) for i in [0, n) with at most DefaultWindow running,
-// stopping at the first error; it returns the first error by index order.
+// starting no more after the first error, and returns the error of the
+// lowest index that failed.
 func window(n int, fn func(i int) error) error {
 	errs := make([]error, n)
 	sem := make(chan struct{}, DefaultWindow)
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	stop := false
-	for i := 0; i < n; i++ {
-		mu.Lock()
-		s := stop
-		mu.Unlock()
-		if s {
-			break
-		}
+	var failed atomic.Bool
+	for i := 0; i < n && !failed.Load(); i++ {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if err := fn(i); err != nil {
 				errs[i] = err
-				mu.Lock()
-				stop = true
-				mu.Unlock()
+				failed.Store(true)
 			}
 		}()
 	}
 	wg.Wait()
-	return errors.Join(firstErr(errs))
-}
-
-func firstErr(errs []error) error {
 	for _, e := range errs {
 		if e != nil {
 			return e
