@@ -387,10 +387,13 @@ func (c *Client) MinorVersion() uint32 { return c.minor.Load() }
 func (c *Client) Lease() time.Duration { return c.lease }
 
 // Session returns the current session's id and the fore channel the server
-// granted.
+// granted; zero values after Close.
 func (c *Client) Session() (SessionID, ChannelAttrs) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.sess == nil {
+		return SessionID{}, ChannelAttrs{}
+	}
 	return c.sess.id, c.sess.fore
 }
 

@@ -57,6 +57,9 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := c.RootFH(context.Background()); !errors.Is(err, ErrClientClosed) {
 		t.Errorf("call after Close: %v", err)
 	}
+	if _, _, err := c.LookupPath(context.Background(), nil, "a"); !errors.Is(err, ErrClientClosed) {
+		t.Errorf("lookup after Close: %v", err)
+	}
 }
 
 // creditTransport is a fakeServer whose transport reports a credit limit,
