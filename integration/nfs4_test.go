@@ -478,3 +478,42 @@ func TestNFS4MountV4(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestNFS4ServerRestart restarts knfsd under two mounted clients (RDMA and
+// TCP): the server forgets their sessions and client IDs, and each client's
+// next call gets BADSESSION, then STALE_CLIENTID from CREATE_SESSION, and
+// establishes a new client ID and session; OPEN then waits out the grace
+// period (NFS4ERR_GRACE, retried) and succeeds.
+func TestNFS4ServerRestart(t *testing.T) {
+	conns := []*nfs4Conn{mountNFS4(t, overRDMA), mountNFS4(t, overTCP)}
+	dir := exportSubdir(t, "nfs4-restart")
+	before := make([]uint64, len(conns))
+	for i, n := range conns {
+		before[i] = n.tg.Client().ClientID()
+	}
+	restartNFSD(t)
+	for i, n := range conns {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
+		f, err := n.tg.OpenFileContext(ctx, "nfs4-restart/"+n.kind, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			cancel()
+			t.Fatalf("%s: create after the restart: %v", n.kind, err)
+		}
+		if _, err := f.WriteAtContext(ctx, []byte(n.kind), 0); err != nil {
+			t.Errorf("%s: write: %v", n.kind, err)
+		}
+		if err := f.CloseContext(ctx); err != nil {
+			t.Errorf("%s: close: %v", n.kind, err)
+		}
+		cancel()
+		t.Logf("%s: first create after the restart took %v", n.kind, time.Since(start).Round(time.Millisecond))
+		c := n.tg.Client()
+		if c.Recoveries() < 1 || c.ClientID() == before[i] {
+			t.Errorf("%s: %d recoveries, client ID %#x (was %#x): the restart went unnoticed", n.kind, c.Recoveries(), c.ClientID(), before[i])
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, n.kind)); err != nil || string(b) != n.kind {
+			t.Errorf("%s: the server has %q, %v", n.kind, b, err)
+		}
+	}
+}
