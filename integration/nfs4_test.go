@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/netip"
@@ -256,6 +257,74 @@ func TestNFS4(t *testing.T) {
 			}
 			if err := n.tg.Remove(ctx, dirName+"/sub"); !errors.Is(err, syscall.ENOTEMPTY) {
 				t.Errorf("REMOVE of a non-empty directory: %v, want ENOTEMPTY", err)
+			}
+		})
+
+		t.Run("share-and-create-modes", func(t *testing.T) {
+			dh, _, err := c.LookupPath(ctx, n.tg.Root(), dirName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := &nfs4.OpenHow{Create: true, Mode: nfs4.Guarded, Attr: nfs4.SetAttr{Mode: nfs4.Ptr(uint32(0o644))}}
+			o, err := c.Open(ctx, dh, "shared", nfs4.ShareAccessRead, nfs4.ShareDenyWrite, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Open(ctx, dh, "shared", nfs4.ShareAccessRead, nfs4.ShareDenyNone, g); !errors.Is(err, nfs4.ErrExist) {
+				t.Errorf("GUARDED create of an existing file: %v, want NFS4ERR_EXIST", err)
+			}
+			if _, err := c.Open(ctx, dh, "shared", nfs4.ShareAccessWrite, nfs4.ShareDenyNone, nil); !errors.Is(err, nfs4.ErrShareDenied) {
+				t.Errorf("open for writing against a deny-write share: %v, want NFS4ERR_SHARE_DENIED", err)
+			}
+			r, err := c.Open(ctx, dh, "shared", nfs4.ShareAccessRead, nfs4.ShareDenyNone, nil)
+			if err != nil {
+				t.Fatalf("a second reader: %v", err)
+			}
+			if r.StateID().Other == o.StateID().Other {
+				t.Error("two opens under different open owners share a stateid")
+			}
+			for _, x := range []*nfs4.OpenFile{o, r} {
+				if err := c.CloseFile(ctx, x.FH, x.StateID()); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := c.CloseFile(ctx, o.FH, o.StateID()); !errors.Is(err, nfs4.ErrBadStateID) && !errors.Is(err, nfs4.ErrOldStateID) {
+				t.Errorf("CLOSE of a closed open: %v, want a stateid error", err)
+			}
+		})
+
+		t.Run("readdir-pages", func(t *testing.T) {
+			// Enough entries for several READDIR replies of 32 KiB.
+			p := filepath.Join(dir, "many")
+			if err := os.Mkdir(p, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for i := range 400 {
+				name := fmt.Sprintf("entry-with-a-long-name-to-fill-pages-%04d", i)
+				want = append(want, name)
+				if err := os.WriteFile(filepath.Join(p, name), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dh, _, err := c.LookupPath(ctx, n.tg.Root(), dirName, "many")
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, err := c.Readdir(ctx, dh, 0, nfs4.Verifier{}, nfs4.StatAttrs)
+			if err != nil || first.EOF || len(first.Entries) == 0 {
+				t.Fatalf("first page: %d entries, eof %v, %v; want a partial page", len(first.Entries), first.EOF, err)
+			}
+			es, err := n.tg.ReadDirContext(ctx, dirName+"/many")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range es {
+				got = append(got, e.Name())
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("listed %d entries, want the server's %d (first page held %d)", len(got), len(want), len(first.Entries))
 			}
 		})
 
