@@ -232,6 +232,18 @@ func TestNFS4(t *testing.T) {
 			if st := statT(t, filepath.Join(dir, "sub", "b")); st.Mode&0o777 != 0o600 {
 				t.Errorf("after SETATTR mode %o, want 600", st.Mode&0o777)
 			}
+			mt := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
+			ba, err := c.Setattr(ctx, b, nfs4.AnonymousStateID, nfs4.SetAttr{MTime: &nfs4.SetTime{Time: nfs4.TimeOf(mt)}, ATime: &nfs4.SetTime{ServerTime: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := statT(t, filepath.Join(dir, "sub", "b"))
+			if got := time.Unix(st.Mtim.Unix()); !got.Equal(mt) || !ba.MTime.Time().Equal(mt) {
+				t.Errorf("SETATTR mtime: the server has %v, GETATTR %v; want %v", got, ba.MTime.Time(), mt)
+			}
+			if at := time.Unix(st.Atim.Unix()); time.Since(at) > time.Minute {
+				t.Errorf("SETATTR atime to the server's time: %v", at)
+			}
 			es, err := n.tg.ReadDirContext(ctx, dirName+"/sub")
 			if err != nil {
 				t.Fatal(err)
