@@ -10,7 +10,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// Bitmap is bitmap4 (RFC 8881 §3.3.7): bit n of word n/32 names attribute
+// Bitmap is bitmap4 (RFC 8881 §3.2): bit n of word n/32 names attribute
 // (or operation, flag) n.
 type Bitmap []uint32
 
@@ -104,7 +104,7 @@ const (
 	AttrSuppattrExclCreat = 75
 )
 
-// FileType is nfs_ftype4 (RFC 8881 §3.3.1... §5.8.1.2: the type attribute).
+// FileType is nfs_ftype4 (RFC 8881 §5.8.1.2: the type attribute).
 type FileType uint32
 
 // File types.
@@ -145,20 +145,20 @@ func decodeTime(d *sunrpc.Decoder) Time {
 	return t
 }
 
-// FSID is fsid4 (RFC 8881 §3.3.13).
+// FSID is fsid4 (RFC 8881 §3.3.5).
 type FSID struct{ Major, Minor uint64 }
 
-// SpecData is specdata4 (RFC 8881 §3.3.13... the rawdev attribute).
+// SpecData is specdata4 (RFC 8881 §3.3.4), the rawdev attribute.
 type SpecData struct{ Major, Minor uint32 }
 
 // Limits of names and owners this package accepts from a server.
 const (
 	maxOwner = 1024 // NFS4_OPAQUE_LIMIT
-	MaxFH    = 128  // NFS4_FHSIZE (RFC 8881 §4.2.1)
+	MaxFH    = 128  // NFS4_FHSIZE (RFC 8881 §4: a filehandle is at most 128 bytes)
 	maxName  = 1024
 )
 
-// Attr is a decoded fattr4 (RFC 8881 §3.3.9... §5): the attributes in Mask
+// Attr is a decoded fattr4 (RFC 8881 §3.3.7, the attributes of §5): those in Mask
 // are valid, the others zero. Owner and OwnerGroup are strings
 // ("user@domain", or a decimal id where the server sends ids, as knfsd does
 // for AUTH_SYS callers); UID and GID parse the numeric form.
@@ -370,7 +370,7 @@ func (a *Attr) decodeOne(v *sunrpc.Decoder, n int) error {
 	return nil
 }
 
-// SetTime is settime4 (RFC 8881 §3.3.1... time_access_set, time_modify_set):
+// SetTime is settime4 (RFC 8881 §3.3.3; time_access_set, time_modify_set):
 // the server's clock, or Time.
 type SetTime struct {
 	ServerTime bool
@@ -397,7 +397,7 @@ func OwnerID(id uint32) string { return strconv.FormatUint(uint64(id), 10) }
 // Ptr returns a pointer to v, for SetAttr's fields.
 func Ptr[T any](v T) *T { return &v }
 
-// appendFattr appends s as fattr4 (RFC 8881 §3.3.9... fattr4), values in
+// appendFattr appends s as fattr4 (RFC 8881 §3.3.7), values in
 // increasing attribute order.
 func appendFattr(b []byte, s *SetAttr) []byte {
 	var mask Bitmap

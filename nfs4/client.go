@@ -209,8 +209,9 @@ func (c *Client) machine(ctx context.Context) context.Context {
 }
 
 // callNoSeq sends a compound that does not start with SEQUENCE
-// (EXCHANGE_ID, CREATE_SESSION, DESTROY_SESSION, DESTROY_CLIENTID alone;
-// RFC 8881 §2.10.6.2... §18.35–18.37, §18.50), retrying DELAY.
+// (EXCHANGE_ID, CREATE_SESSION, DESTROY_SESSION, DESTROY_CLIENTID, each
+// allowed alone in a compound without SEQUENCE: RFC 8881 §18.35.3,
+// §18.36.3, §18.37.3, §18.50.3), retrying DELAY.
 func (c *Client) callNoSeq(ctx context.Context, build func(*compound)) error {
 	delay := c.opts.DelayRetry
 	for {

@@ -225,7 +225,7 @@ func TestCompoundErrors(t *testing.T) {
 	}
 }
 
-// TestFattrGolden decodes fattr4 (RFC 8881 §3.3... fattr4: bitmap4 and
+// TestFattrGolden decodes fattr4 (RFC 8881 §3.3.7: bitmap4 and
 // attr_vals) and encodes SETATTR's, attributes in increasing order.
 func TestFattrGolden(t *testing.T) {
 	b := words(t, `00000002 00000012 00000012 00000018

@@ -19,7 +19,7 @@ const (
 	maxOpsInReply   = 64   // more than any compound this package sends
 )
 
-// Op is nfs_opnum4 (RFC 8881 §16.2.1, RFC 7862 §15.1).
+// Op is nfs_opnum4 (RFC 8881 §16.2.1, RFC 7862 §13).
 type Op uint32
 
 // The operations this package sends, and OP_ILLEGAL.

@@ -20,7 +20,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// Port is the NFSv4 port over TCP (RFC 8881 §2.9.3... the IANA "nfs" port);
+// Port is the NFSv4 port over TCP (RFC 8881 §2.9.3, the IANA "nfs" port);
 // NFSv4 needs no port mapper and no MOUNT.
 const Port = 2049
 

@@ -39,7 +39,7 @@ func (cb *compound) putDir(dir FileHandle) {
 }
 
 // LookupPath looks up the components one after the other from dir (nil: the
-// root) in one compound (LOOKUP, RFC 8881 §18.15) and returns the last
+// root) in one compound (LOOKUP, RFC 8881 §18.13) and returns the last
 // one's handle and attributes (StatAttrs). ".." is LOOKUPP.
 func (c *Client) LookupPath(ctx context.Context, dir FileHandle, names ...string) (FileHandle, Attr, error) {
 	if dir != nil {
@@ -82,7 +82,7 @@ func (c *Client) LookupPath(ctx context.Context, dir FileHandle, names ...string
 	}
 }
 
-// Lookup looks name up in dir (LOOKUP, RFC 8881 §18.15).
+// Lookup looks name up in dir (LOOKUP, RFC 8881 §18.13).
 func (c *Client) Lookup(ctx context.Context, dir FileHandle, name string) (FileHandle, Attr, error) {
 	if err := checkFH(dir); err != nil {
 		return nil, Attr{}, err
@@ -90,7 +90,7 @@ func (c *Client) Lookup(ctx context.Context, dir FileHandle, name string) (FileH
 	return c.LookupPath(ctx, dir, name)
 }
 
-// LookupParent returns dir's parent (LOOKUPP, RFC 8881 §18.16).
+// LookupParent returns dir's parent (LOOKUPP, RFC 8881 §18.14).
 func (c *Client) LookupParent(ctx context.Context, dir FileHandle) (FileHandle, Attr, error) {
 	if err := checkFH(dir); err != nil {
 		return nil, Attr{}, err
@@ -161,7 +161,7 @@ var ownerSeq atomic.Uint64
 // newOwner returns a state owner (open_owner4, lock_owner4) of this client
 // used for one open or one lock owner only: an open owner per open keeps
 // each open's state apart, as a CLOSE ends only its own open (RFC 8881
-// §9.1.4... an owner's opens of one file share one stateid).
+// §8.2: an owner's opens of one file share one stateid).
 func (c *Client) newOwner(kind byte) []byte {
 	b := []byte{kind}
 	return binary.BigEndian.AppendUint64(b, ownerSeq.Add(1))

@@ -6,7 +6,7 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// FileHandle is nfs_fh4 (RFC 8881 §4.2.1): at most MaxFH bytes. It is
+// FileHandle is nfs_fh4 (RFC 8881 §3.2, §4): at most MaxFH bytes. It is
 // opaque to the client.
 type FileHandle []byte
 
@@ -25,13 +25,13 @@ var (
 	CurrentStateID   = StateID{Seq: 1}
 )
 
-// Verifier is verifier4 (RFC 8881 §3.3.... NFS4_VERIFIER_SIZE, 8 bytes).
+// Verifier is verifier4 (RFC 8881 §3.2: NFS4_VERIFIER_SIZE, 8 bytes).
 type Verifier [8]byte
 
-// SessionID is sessionid4 (RFC 8881 §2.10.... NFS4_SESSIONID_SIZE, 16 bytes).
+// SessionID is sessionid4 (RFC 8881 §3.2: NFS4_SESSIONID_SIZE, 16 bytes).
 type SessionID [16]byte
 
-// ChangeInfo is change_info4 (RFC 8881 §3.3.... change_info4): a directory's
+// ChangeInfo is change_info4 (RFC 8881 §3.3.8): a directory's
 // change attribute before and after an operation; Atomic says both were taken
 // atomically with it.
 type ChangeInfo struct {
@@ -64,7 +64,7 @@ func checkFH(fh FileHandle) error {
 	return nil
 }
 
-// checkName refuses a component4 (RFC 8881 §... utf8str_cs) that cannot be
+// checkName refuses a component4 (RFC 8881 §3.2, a utf8str_cs) that cannot be
 // one: empty, too long, or holding a '/' or NUL.
 func checkName(name string) error {
 	if name == "" || len(name) > maxName {
@@ -98,7 +98,7 @@ func (c *compound) putFH(fh FileHandle) { c.add(OpPutFH, appendFH(nil, fh), 0, n
 // putRootFH adds PUTROOTFH (RFC 8881 §18.21).
 func (c *compound) putRootFH() { c.add(OpPutRootFH, nil, 0, nil) }
 
-// saveFH adds SAVEFH (RFC 8881 §18.27).
+// saveFH adds SAVEFH (RFC 8881 §18.28).
 func (c *compound) saveFH() { c.add(OpSaveFH, nil, 0, nil) }
 
 // restoreFH adds RESTOREFH (RFC 8881 §18.27).
@@ -115,13 +115,13 @@ func (c *compound) getFH(fh *FileHandle) {
 	}))
 }
 
-// lookup adds LOOKUP (RFC 8881 §18.15).
+// lookup adds LOOKUP (RFC 8881 §18.13).
 func (c *compound) lookup(name string) { c.add(OpLookup, sunrpc.AppendString(nil, name), 0, nil) }
 
-// lookupP adds LOOKUPP (RFC 8881 §18.16).
+// lookupP adds LOOKUPP (RFC 8881 §18.14).
 func (c *compound) lookupP() { c.add(OpLookupP, nil, 0, nil) }
 
-// getAttr adds GETATTR (RFC 8881 §18.9) of mask, decoding into *a.
+// getAttr adds GETATTR (RFC 8881 §18.7) of mask, decoding into *a.
 func (c *compound) getAttr(mask Bitmap, a *Attr) {
 	c.add(OpGetattr, appendBitmap(nil, mask), maxAttrSize, okOnly(func(d *sunrpc.Decoder) {
 		*a = decodeFattr(d)
@@ -160,7 +160,7 @@ func (c *compound) access(bits uint32, r *AccessResult) {
 	}))
 }
 
-// OPEN share access and deny (RFC 8881 §18.16.3... §18.16.1).
+// OPEN share access and deny (RFC 8881 §18.16.1).
 const (
 	ShareAccessRead  = 1
 	ShareAccessWrite = 2
@@ -212,7 +212,7 @@ const (
 	OpenResultMayNotifyLock  = 0x20
 )
 
-// openOwner is open_owner4 and lock_owner4 (RFC 8881 §3.3.... state_owner4).
+// stateOwner is open_owner4 and lock_owner4 (RFC 8881 §3.3.10, state_owner4).
 type stateOwner struct {
 	ClientID uint64
 	Owner    []byte
@@ -431,7 +431,7 @@ func (c *compound) rename(from, to string, src, dst *ChangeInfo) {
 	}))
 }
 
-// link adds LINK (RFC 8881 §18.9... §18.9 LINK): the saved handle is the
+// link adds LINK (RFC 8881 §18.9): the saved handle is the
 // file, the current one the directory.
 func (c *compound) link(name string, ci *ChangeInfo) {
 	c.add(OpLink, sunrpc.AppendString(nil, name), changeInfoSize, okOnly(func(d *sunrpc.Decoder) {
@@ -597,7 +597,7 @@ func (c *compound) lockU(typ LockType, sid StateID, off, length uint64, out *Sta
 	c.add(OpLockU, b, stateIDSize, okOnly(func(d *sunrpc.Decoder) { *out = decodeStateID(d) }))
 }
 
-// Content is data_content4 (RFC 7862 §15.11... SEEK).
+// Content is data_content4 (RFC 7862 §15.11, SEEK).
 type Content uint32
 
 // SEEK's targets.
