@@ -177,7 +177,7 @@ func TestNFS4(t *testing.T) {
 			if st := statT(t, filepath.Join(dir, "a")); st.Uid != 65534 || st.Mode&0o777 != 0o666 {
 				t.Errorf("created as uid %d mode %o, want nobody (root squashed) and 666", st.Uid, st.Mode&0o777)
 			}
-			if err := n.tg.Mkdir(ctx, dirName+"/sub", 0o750); err != nil {
+			if _, err := n.tg.Mkdir(ctx, dirName+"/sub", 0o750); err != nil {
 				t.Fatal(err)
 			}
 			if st := statT(t, filepath.Join(dir, "sub")); st.Mode&syscall.S_IFMT != syscall.S_IFDIR || st.Mode&0o777 != 0o750 {
@@ -226,7 +226,7 @@ func TestNFS4(t *testing.T) {
 			if err != nil || acc.Access&nfs4.AccessRead == 0 || acc.Access&nfs4.AccessModify == 0 {
 				t.Errorf("ACCESS of a 0666 file: %+v, %v", acc, err)
 			}
-			if err := n.tg.Chmod(ctx, dirName+"/sub/b", 0o600); err != nil {
+			if err := n.tg.Setattr(ctx, "/"+dirName+"/sub/b", nfs4.SetAttr{Mode: nfs4.Ptr(uint32(0o600))}); err != nil {
 				t.Fatal(err)
 			}
 			if st := statT(t, filepath.Join(dir, "sub", "b")); st.Mode&0o777 != 0o600 {
@@ -269,6 +269,35 @@ func TestNFS4(t *testing.T) {
 			}
 			if err := n.tg.Remove(ctx, dirName+"/sub"); !errors.Is(err, syscall.ENOTEMPTY) {
 				t.Errorf("REMOVE of a non-empty directory: %v, want ENOTEMPTY", err)
+			}
+			if _, err := n.tg.Create(ctx, dirName+"/sub/c", 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := n.tg.Create(ctx, dirName+"/sub/c", 0o640); !errors.Is(err, fs.ErrExist) {
+				t.Errorf("Create of an existing file: %v, want fs.ErrExist", err)
+			}
+			if err := n.tg.Link(ctx, dirName+"/sub/c", dirName+"/c-link"); err != nil {
+				t.Fatal(err)
+			}
+			tf, err := n.tg.OpenFileContext(ctx, dirName+"/sub/c", os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tf.TruncateContext(ctx, 12345); err != nil {
+				t.Error(err)
+			}
+			tf.Close()
+			if st := statT(t, filepath.Join(dir, "c-link")); st.Size != 12345 || st.Nlink != 2 || st.Mode&0o777 != 0o640 {
+				t.Errorf("after Create, Link, Truncate: size %d nlink %d mode %o", st.Size, st.Nlink, st.Mode&0o777)
+			}
+			if err := n.tg.RmDir(ctx, dirName+"/c-link"); !errors.Is(err, syscall.ENOTDIR) {
+				t.Errorf("RmDir of a file: %v, want ENOTDIR", err)
+			}
+			if err := n.tg.RemoveAll(ctx, dirName+"/sub"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "sub")); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("after RemoveAll: %v", err)
 			}
 		})
 

@@ -46,8 +46,10 @@ type MountOptions struct {
 
 // Target is a mounted NFSv4 export: a path API and an io/fs file system
 // (fs.FS, fs.StatFS, fs.ReadDirFS, fs.ReadFileFS) over a Client, shaped like
-// nfs3.Target so that a program switches version by the mount call. Paths are
-// io/fs names relative to the export ("." is its root). Methods whose
+// nfs3.Target (the same method set, less NFSv3's READDIRPLUS, FSINFO and
+// FSSTAT) so that a program switches version by the mount call. Paths are
+// io/fs names relative to the export ("." is its root); the methods that
+// are not io/fs's also take rooted paths ("/docs/a"). Methods whose
 // signatures io/fs fixes run under the Target's lifetime and have a
 // Context twin. It is safe for concurrent use.
 type Target struct {
@@ -169,13 +171,25 @@ func split(op, name string) ([]string, error) {
 	return strings.Split(name, "/"), nil
 }
 
-// FileInfo is a file's attributes as fs.FileInfo; Sys returns the *Attr.
-type FileInfo struct {
-	name string
-	Attr Attr
+// splitPath is split for the methods that are not io/fs's, which also take
+// rooted paths ("/docs/a"), as nfs3.Target's do.
+func splitPath(op, name string) ([]string, error) {
+	p := strings.TrimPrefix(path.Clean("/"+name), "/")
+	if p == "" {
+		p = "."
+	}
+	return split(op, p)
 }
 
-func (fi *FileInfo) Name() string       { return fi.name }
+// FileInfo is a file's name, attributes and handle as fs.FileInfo; Sys
+// returns the *Attr.
+type FileInfo struct {
+	FileName string
+	Attr     Attr
+	FH       FileHandle // nil when not known (a READDIR entry without filehandle)
+}
+
+func (fi *FileInfo) Name() string       { return fi.FileName }
 func (fi *FileInfo) Size() int64        { return int64(fi.Attr.Size) }
 func (fi *FileInfo) Mode() fs.FileMode  { return fi.Attr.FileMode() }
 func (fi *FileInfo) ModTime() time.Time { return fi.Attr.MTime.Time() }
@@ -185,7 +199,7 @@ func (fi *FileInfo) Sys() any           { return &fi.Attr }
 // dirEntry is a DirEntry as fs.DirEntry.
 type dirEntry struct{ fi *FileInfo }
 
-func (d dirEntry) Name() string               { return d.fi.name }
+func (d dirEntry) Name() string               { return d.fi.FileName }
 func (d dirEntry) IsDir() bool                { return d.fi.IsDir() }
 func (d dirEntry) Type() fs.FileMode          { return d.fi.Mode().Type() }
 func (d dirEntry) Info() (fs.FileInfo, error) { return d.fi, nil }
@@ -204,7 +218,7 @@ func (t *Target) StatContext(ctx context.Context, name string) (fs.FileInfo, err
 	if err != nil {
 		return nil, pathErr("stat", name, err)
 	}
-	return &FileInfo{name: path.Base(name), Attr: a}, nil
+	return &FileInfo{FileName: path.Base(name), Attr: a}, nil
 }
 
 // ReadDir returns name's entries sorted by name.
@@ -230,7 +244,7 @@ func (t *Target) ReadDirContext(ctx context.Context, name string) ([]fs.DirEntry
 func sortedEntries(es []DirEntry) []fs.DirEntry {
 	out := make([]fs.DirEntry, 0, len(es))
 	for _, e := range es {
-		out = append(out, dirEntry{&FileInfo{name: e.Name, Attr: e.Attr}})
+		out = append(out, dirEntry{&FileInfo{FileName: e.Name, Attr: e.Attr, FH: e.Attr.FileHandle}})
 	}
 	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return out
@@ -313,7 +327,7 @@ func (t *Target) OpenFileContext(ctx context.Context, name string, flag int, per
 		return nil, pathErr("open", name, ErrInval)
 	}
 	if len(comps) == 0 {
-		return t.openDir(ctx, name, t.root, comps, acc)
+		return t.openDir(ctx, name, t.root, acc, nil)
 	}
 	how := &OpenHow{}
 	if flag&os.O_CREATE != 0 {
@@ -338,7 +352,7 @@ func (t *Target) OpenFileContext(ctx context.Context, name string, flag int, per
 		// opened by handle, read-only.
 		fh, a, lerr := t.c.LookupPath(ctx, t.root, comps...)
 		if lerr == nil {
-			return t.openDir(ctx, name, fh, nil, acc, a)
+			return t.openDir(ctx, name, fh, acc, &a)
 		}
 	}
 	if err != nil {
@@ -362,17 +376,18 @@ func (t *Target) OpenFileContext(ctx context.Context, name string, flag int, per
 	return &File{t: t, name: name, fh: o.FH, attr: o.Attr, open: o, flag: flag}, nil
 }
 
-// openDir returns a File for a directory, opened by handle.
-func (t *Target) openDir(ctx context.Context, name string, fh FileHandle, comps []string, acc int, attr ...Attr) (*File, error) {
-	var a Attr
-	if len(attr) > 0 {
-		a = attr[0]
-	} else {
-		var err error
-		if a, err = t.c.Getattr(ctx, fh, nil); err != nil {
+// openDir returns a File for a directory, opened by handle; attr is its
+// attributes when already known. A symbolic link (which OPEN also refuses)
+// is ErrSymlink: the path API does not follow links.
+func (t *Target) openDir(ctx context.Context, name string, fh FileHandle, acc int, attr *Attr) (*File, error) {
+	if attr == nil {
+		a, err := t.c.Getattr(ctx, fh, nil)
+		if err != nil {
 			return nil, pathErr("open", name, err)
 		}
+		attr = &a
 	}
+	a := *attr
 	if a.Type == TypeDir && acc != os.O_RDONLY {
 		return nil, pathErr("open", name, ErrIsDir)
 	}
@@ -398,7 +413,7 @@ func modeExtra(m fs.FileMode) uint32 {
 
 // parent returns the handle of name's directory and its last component.
 func (t *Target) parent(ctx context.Context, op, name string) (FileHandle, string, error) {
-	comps, err := split(op, name)
+	comps, err := splitPath(op, name)
 	if err != nil {
 		return nil, "", err
 	}
@@ -415,32 +430,162 @@ func (t *Target) parent(ctx context.Context, op, name string) (FileHandle, strin
 	return fh, comps[len(comps)-1], nil
 }
 
-// Mkdir creates directory name with perm.
-func (t *Target) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
-	dir, base, err := t.parent(ctx, "mkdir", name)
+// walk resolves p (io/fs or rooted) to its handle and attributes.
+func (t *Target) walk(ctx context.Context, op, p string) (FileHandle, Attr, error) {
+	comps, err := splitPath(op, p)
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	fh, a, err := t.c.LookupPath(ctx, t.root, comps...)
+	if err != nil {
+		return nil, Attr{}, pathErr(op, p, err)
+	}
+	return fh, a, nil
+}
+
+func permBits(perm fs.FileMode) *uint32 { return Ptr(uint32(perm.Perm()) | modeExtra(perm)) }
+
+// OpenContext opens name for reading under ctx.
+func (t *Target) OpenContext(ctx context.Context, name string) (*File, error) {
+	return t.OpenFileContext(ctx, name, os.O_RDONLY, 0)
+}
+
+// Lookup resolves p and returns its attributes and handle.
+func (t *Target) Lookup(ctx context.Context, p string) (*FileInfo, FileHandle, error) {
+	fh, a, err := t.walk(ctx, "lookup", p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &FileInfo{FileName: path.Base(path.Clean("/" + p)), Attr: a, FH: fh}, fh, nil
+}
+
+// Getattr returns p's attributes (StatAttrs).
+func (t *Target) Getattr(ctx context.Context, p string) (Attr, error) {
+	_, a, err := t.walk(ctx, "getattr", p)
+	return a, err
+}
+
+// Setattr sets p's attributes (SETATTR with the anonymous stateid: a size
+// change of a file others have open may be refused; File.Truncate holds
+// the open's stateid).
+func (t *Target) Setattr(ctx context.Context, p string, attr SetAttr) error {
+	fh, _, err := t.walk(ctx, "setattr", p)
 	if err != nil {
 		return err
 	}
-	_, _, err = t.c.Mkdir(ctx, dir, base, SetAttr{Mode: Ptr(uint32(perm.Perm()) | modeExtra(perm))})
-	if err != nil {
-		return pathErr("mkdir", name, err)
+	if _, err := t.c.Setattr(ctx, fh, AnonymousStateID, attr); err != nil {
+		return pathErr("setattr", p, err)
 	}
 	return nil
 }
 
-// Remove removes file or empty directory name.
-func (t *Target) Remove(ctx context.Context, name string) error {
-	dir, base, err := t.parent(ctx, "remove", name)
+// Mkdir creates directory p with perm (CREATE).
+func (t *Target) Mkdir(ctx context.Context, p string, perm fs.FileMode) (FileHandle, error) {
+	dir, base, err := t.parent(ctx, "mkdir", p)
+	if err != nil {
+		return nil, err
+	}
+	fh, _, err := t.c.Mkdir(ctx, dir, base, SetAttr{Mode: permBits(perm)})
+	if err != nil {
+		return nil, pathErr("mkdir", p, err)
+	}
+	return fh, nil
+}
+
+// Create creates regular file p with perm; it fails with fs.ErrExist if p
+// exists (OPEN with a GUARDED4 create, then CLOSE).
+func (t *Target) Create(ctx context.Context, p string, perm fs.FileMode) (FileHandle, error) {
+	dir, base, err := t.parent(ctx, "create", p)
+	if err != nil {
+		return nil, err
+	}
+	o, err := t.c.Open(ctx, dir, base, ShareAccessWrite, ShareDenyNone, &OpenHow{Create: true, Mode: Guarded, Attr: SetAttr{Mode: permBits(perm)}})
+	if err != nil {
+		return nil, pathErr("create", p, err)
+	}
+	if err := t.c.CloseFile(ctx, o.FH, o.StateID()); err != nil {
+		return nil, pathErr("create", p, err)
+	}
+	return o.FH, nil
+}
+
+// Remove removes p, a file or an empty directory (REMOVE, which in NFSv4
+// removes either).
+func (t *Target) Remove(ctx context.Context, p string) error {
+	dir, base, err := t.parent(ctx, "remove", p)
 	if err != nil {
 		return err
 	}
 	if _, err := t.c.Remove(ctx, dir, base); err != nil {
-		return pathErr("remove", name, err)
+		return pathErr("remove", p, err)
 	}
 	return nil
 }
 
-// Rename renames from to to.
+// RmDir removes empty directory p; a p that is not a directory is
+// ENOTDIR, as rmdir(2) says.
+func (t *Target) RmDir(ctx context.Context, p string) error {
+	_, a, err := t.walk(ctx, "rmdir", p)
+	if err != nil {
+		return err
+	}
+	if a.Type != TypeDir {
+		return pathErr("rmdir", p, ErrNotDir)
+	}
+	return t.Remove(ctx, p)
+}
+
+// RemoveAll removes p and, if it is a directory, everything below it. A
+// missing p is not an error. The root itself is emptied but kept.
+func (t *Target) RemoveAll(ctx context.Context, p string) error {
+	fh, a, err := t.walk(ctx, "removeall", p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if a.Type == TypeDir {
+		if err := t.removeContents(ctx, p, fh); err != nil {
+			return err
+		}
+		if comps, _ := splitPath("removeall", p); len(comps) == 0 {
+			return nil
+		}
+	}
+	if err := t.Remove(ctx, p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+func (t *Target) removeContents(ctx context.Context, p string, dir FileHandle) error {
+	es, err := t.c.ReadDirAll(ctx, dir)
+	if err != nil {
+		return pathErr("removeall", p, err)
+	}
+	for _, e := range es {
+		child := path.Join(p, e.Name)
+		if e.Attr.Type == TypeDir {
+			fh, _, err := t.c.Lookup(ctx, dir, e.Name)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return pathErr("removeall", child, err)
+			}
+			if err := t.removeContents(ctx, child, fh); err != nil {
+				return err
+			}
+		}
+		if _, err := t.c.Remove(ctx, dir, e.Name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return pathErr("removeall", child, err)
+		}
+	}
+	return nil
+}
+
+// Rename renames from to to (SAVEFH, RENAME).
 func (t *Target) Rename(ctx context.Context, from, to string) error {
 	fd, fb, err := t.parent(ctx, "rename", from)
 	if err != nil {
@@ -451,55 +596,58 @@ func (t *Target) Rename(ctx context.Context, from, to string) error {
 		return err
 	}
 	if err := t.c.Rename(ctx, fd, fb, td, tb); err != nil {
-		return &os.LinkError{Op: "rename", Old: from, New: to, Err: pathErr("rename", from, err).(*fs.PathError).Err}
+		return pathErr("rename", from, err)
 	}
 	return nil
 }
 
-// Symlink creates symbolic link name pointing to target.
-func (t *Target) Symlink(ctx context.Context, target, name string) error {
-	dir, base, err := t.parent(ctx, "symlink", name)
+// Symlink creates symbolic link link pointing to target (CREATE of
+// NF4LNK); the argument order is os.Symlink's.
+func (t *Target) Symlink(ctx context.Context, target, link string) error {
+	dir, base, err := t.parent(ctx, "symlink", link)
 	if err != nil {
 		return err
 	}
 	if _, _, err := t.c.Symlink(ctx, dir, base, target, SetAttr{}); err != nil {
-		return pathErr("symlink", name, err)
+		return pathErr("symlink", link, err)
 	}
 	return nil
 }
 
-// Readlink returns the text of symbolic link name.
-func (t *Target) Readlink(ctx context.Context, name string) (string, error) {
-	comps, err := split("readlink", name)
+// Readlink returns the text of symbolic link p (READLINK).
+func (t *Target) Readlink(ctx context.Context, p string) (string, error) {
+	fh, _, err := t.walk(ctx, "readlink", p)
 	if err != nil {
 		return "", err
 	}
-	fh, _, err := t.c.LookupPath(ctx, t.root, comps...)
-	if err != nil {
-		return "", pathErr("readlink", name, err)
-	}
 	s, err := t.c.Readlink(ctx, fh)
 	if err != nil {
-		return "", pathErr("readlink", name, err)
+		return "", pathErr("readlink", p, err)
 	}
 	return s, nil
 }
 
-// Chmod sets name's permission bits.
-func (t *Target) Chmod(ctx context.Context, name string, mode fs.FileMode) error {
-	comps, err := split("chmod", name)
+// Link creates hard link newname to oldname (SAVEFH, LINK).
+func (t *Target) Link(ctx context.Context, oldname, newname string) error {
+	fh, _, err := t.walk(ctx, "link", oldname)
 	if err != nil {
 		return err
 	}
-	fh, _, err := t.c.LookupPath(ctx, t.root, comps...)
-	if err == nil {
-		_, err = t.c.Setattr(ctx, fh, AnonymousStateID, SetAttr{Mode: Ptr(uint32(mode.Perm()) | modeExtra(mode))})
-	}
+	dir, base, err := t.parent(ctx, "link", newname)
 	if err != nil {
-		return pathErr("chmod", name, err)
+		return err
+	}
+	if err := t.c.Link(ctx, fh, dir, base); err != nil {
+		return pathErr("link", newname, err)
 	}
 	return nil
 }
+
+// Unmount closes the Target: NFSv4 has no MOUNT protocol to tell, and
+// Close already destroys the session and client ID. ctx bounds nothing
+// more than Close's own lease-time bound; it is there for nfs3.Target's
+// shape.
+func (t *Target) Unmount(ctx context.Context) error { return t.Close() }
 
 // File is an open file or directory of a Target: an fs.File,
 // fs.ReadDirFile, io.ReaderAt, io.Seeker, io.Writer and io.WriterAt. A
@@ -542,7 +690,7 @@ func (f *File) Stat() (fs.FileInfo, error) {
 	if err != nil {
 		return nil, pathErr("stat", f.name, err)
 	}
-	return &FileInfo{name: path.Base(f.name), Attr: a}, nil
+	return &FileInfo{FileName: path.Base(f.name), Attr: a, FH: f.fh}, nil
 }
 
 func (f *File) check(op string, write bool) error {
@@ -631,6 +779,23 @@ func (f *File) Write(p []byte) (int, error) {
 	f.off = off + int64(n)
 	f.mu.Unlock()
 	return n, err
+}
+
+// Truncate changes the file's size (SETATTR under the open's stateid).
+func (f *File) Truncate(size int64) error { return f.TruncateContext(f.t.ctx, size) }
+
+// TruncateContext is Truncate under ctx.
+func (f *File) TruncateContext(ctx context.Context, size int64) error {
+	if err := f.check("truncate", true); err != nil {
+		return err
+	}
+	if size < 0 {
+		return pathErr("truncate", f.name, ErrInval)
+	}
+	if _, err := f.t.c.Setattr(ctx, f.fh, f.sid(), SetAttr{Size: Ptr(uint64(size))}); err != nil {
+		return pathErr("truncate", f.name, err)
+	}
+	return nil
 }
 
 // Seek sets the offset of the next Read or Write (io.Seeker).
