@@ -356,6 +356,13 @@ func (c *Client) createSession(ctx context.Context) error {
 	n := int(min(r.Fore.MaxRequests, fore.MaxRequests, 1<<16))
 	s := &session{id: r.SessionID, fore: r.Fore, table: NewSlotTable(n)}
 	c.mu.Lock()
+	if c.closed {
+		// Close ran while this session was being made (recovery): it must
+		// not outlive the client.
+		c.mu.Unlock()
+		_ = c.callNoSeq(ctx, func(cb *compound) { cb.destroySession(s.id) })
+		return ErrClientClosed
+	}
 	c.sess = s
 	c.csSeq = seq + 1
 	c.lastRenew = time.Now()
