@@ -369,6 +369,33 @@ func TestNFS4(t *testing.T) {
 			}
 		})
 
+		t.Run("per-call-credential", func(t *testing.T) {
+			// A context's credential replaces the client's for file
+			// operations (not for the session's, which stay the client's).
+			uctx := sunrpc.WithCredential(ctx, authSys(t, 1234))
+			f, err := n.tg.OpenFileContext(uctx, dirName+"/mine", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAtContext(uctx, []byte("x"), 0); err != nil {
+				t.Error(err)
+			}
+			if err := f.CloseContext(uctx); err != nil {
+				t.Error(err)
+			}
+			if st := statT(t, filepath.Join(dir, "mine")); st.Uid != 1234 || st.Gid != 1234 {
+				t.Errorf("created as %d:%d, want 1234:1234", st.Uid, st.Gid)
+			}
+			a, err := n.tg.Getattr(ctx, dirName+"/mine")
+			if uid, ok := a.UID(); err != nil || !ok || uid != 1234 || a.OwnerGroup != "1234" {
+				t.Errorf("owner %q group %q, %v", a.Owner, a.OwnerGroup, err)
+			}
+			// As nobody (the client's root, squashed), the 0600 file is closed.
+			if _, err := n.tg.ReadFileContext(ctx, dirName+"/mine"); !errors.Is(err, fs.ErrPermission) {
+				t.Errorf("reading another user's 0600 file: %v, want fs.ErrPermission", err)
+			}
+		})
+
 		t.Run("locks", func(t *testing.T) {
 			f, err := n.tg.OpenFileContext(ctx, dirName+"/locked", os.O_RDWR|os.O_CREATE, 0o644)
 			if err != nil {
