@@ -535,7 +535,6 @@ func (c *Client) sendOnSlot(ctx context.Context, s *session, sl Slot, build func
 		build(cb)
 		err := c.roundTrip(ctx, cb)
 		var oe *OpError
-		var re *ReplyError
 		switch {
 		case err == nil || errors.As(err, &oe) && oe.Index > 0:
 			s.mu.Lock()
@@ -557,10 +556,9 @@ func (c *Client) sendOnSlot(ctx context.Context, s *session, sl Slot, build func
 		case oe != nil, isRejected(err):
 			s.release(sl, NotSent)
 			return err
-		case errors.As(err, &re):
-			s.release(sl, Unknown)
-			return err
 		default:
+			// No reply, or one that could not be decoded: the server may
+			// or may not have executed the request.
 			s.release(sl, Unknown)
 			return err
 		}
