@@ -613,6 +613,11 @@ func TestNFS4MountV4(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("tcp %v: read %d bytes (%v), want the server's %d", tcp, len(got), err, len(want))
 		}
+		// A file left open: Close ends its open first, or knfsd would
+		// refuse DESTROY_CLIENTID (NFS4ERR_CLIENTID_BUSY).
+		if _, err := tg.OpenFileContext(ctx, "nfs4-front/f", os.O_RDONLY, 0); err != nil {
+			t.Fatal(err)
+		}
 		if err := tg.Close(); err != nil {
 			t.Errorf("tcp %v: Close: %v", tcp, err)
 		}

@@ -60,6 +60,9 @@ type Target struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	once   sync.Once
+
+	mu    sync.Mutex
+	opens map[*File]struct{} // the regular files open (their OPEN not yet CLOSEd); guarded by mu
 }
 
 // MountTCP mounts spec, "host:/export" (or "[v6addr]:/export"), over TCP.
@@ -123,7 +126,7 @@ func Mount(ctx context.Context, host, export string, opts *MountOptions) (_ *Tar
 		c.Close()
 		return nil, fmt.Errorf("nfs4: mount %s:%s: %w", host, export, err)
 	}
-	tg := &Target{c: c, root: root, release: o.Release}
+	tg := &Target{c: c, root: root, release: o.Release, opens: map[*File]struct{}{}}
 	tg.ctx, tg.cancel = context.WithCancel(context.Background())
 	return tg, nil
 }
@@ -134,13 +137,27 @@ func (t *Target) Client() *Client { return t.c }
 // Root returns the export's root handle.
 func (t *Target) Root() FileHandle { return t.root }
 
-// Close closes the client (destroying its session and client ID) and its
-// transport. Idempotent.
+// Close ends the opens of the Files still open (CLOSE), closes the client
+// (destroying its session and client ID: a server refuses to destroy a
+// client ID that still holds state) and its transport. Idempotent.
 func (t *Target) Close() error {
 	var err error
 	t.once.Do(func() {
 		t.cancel()
-		err = t.c.Close()
+		t.mu.Lock()
+		open := make([]*File, 0, len(t.opens))
+		for f := range t.opens {
+			open = append(open, f)
+		}
+		t.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), max(t.c.Lease(), time.Second))
+		for _, f := range open {
+			if e := f.CloseContext(ctx); e != nil && !errors.Is(e, fs.ErrClosed) {
+				err = errors.Join(err, e)
+			}
+		}
+		cancel()
+		err = errors.Join(err, t.c.Close())
 		if t.release != nil {
 			err = errors.Join(err, t.release())
 		}
@@ -373,7 +390,11 @@ func (t *Target) OpenFileContext(ctx context.Context, name string, flag int, per
 			o.Attr = a
 		}
 	}
-	return &File{t: t, name: name, fh: o.FH, attr: o.Attr, open: o, flag: flag}, nil
+	f := &File{t: t, name: name, fh: o.FH, attr: o.Attr, open: o, flag: flag}
+	t.mu.Lock()
+	t.opens[f] = struct{}{}
+	t.mu.Unlock()
+	return f, nil
 }
 
 // openDir returns a File for a directory, opened by handle; attr is its
@@ -872,6 +893,9 @@ func (f *File) CloseContext(ctx context.Context) error {
 	if f.open == nil {
 		return nil
 	}
+	f.t.mu.Lock()
+	delete(f.t.opens, f)
+	f.t.mu.Unlock()
 	if err := f.t.c.CloseFile(ctx, f.fh, f.open.StateID()); err != nil {
 		return pathErr("close", f.name, err)
 	}
