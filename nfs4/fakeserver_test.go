@@ -3,6 +3,7 @@ package nfs4
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
@@ -35,6 +36,11 @@ type fakeServer struct {
 	// and a restart (new verifier) after the bumpAfter-th WRITE (0: never).
 	data      []byte
 	verf      Verifier
+	// The namespace: a handle is its name; names starting with "f" are
+	// regular files, the rest directories. cur is the current handle of
+	// the compound being executed, opens the opens not yet closed.
+	cur   string
+	opens int
 	writes    int
 	bumpAfter int
 }
@@ -119,6 +125,7 @@ func (s *fakeServer) compound(d *sunrpc.Decoder) (res []byte, drop bool) {
 	}
 	n := int(d.Uint32())
 	s.mostOps = max(s.mostOps, n)
+	s.cur = ""
 	var body []byte
 	status := OK
 	done := 0
@@ -232,6 +239,7 @@ func (s *fakeServer) op(d *sunrpc.Decoder, op Op, n int) (Status, []byte) {
 		d.Bool()
 		return OK, nil
 	case OpPutRootFH:
+		s.cur = "root"
 		return OK, nil
 	case OpRead:
 		d.FixedOpaque(stateIDSize)
@@ -261,22 +269,66 @@ func (s *fakeServer) op(d *sunrpc.Decoder, op Op, n int) (Status, []byte) {
 		d.Uint32()
 		return OK, append(r, s.verf[:]...)
 	case OpPutFH:
-		d.Opaque(MaxFH)
+		s.cur = string(d.Opaque(MaxFH))
 		return OK, nil
 	case OpLookup:
-		d.String(maxName)
+		s.cur = d.String(maxName)
 		return OK, nil
 	case OpGetFH:
-		return OK, sunrpc.AppendOpaque(nil, []byte("root"))
+		return OK, sunrpc.AppendOpaque(nil, []byte(s.cur))
 	case OpGetattr:
 		m := decodeBitmap(d)
 		var mask Bitmap
 		var vals []byte
+		if m.Has(AttrType) {
+			mask = mask.With(AttrType)
+			t := TypeDir
+			if strings.HasPrefix(s.cur, "f") {
+				t = TypeReg
+			}
+			vals = sunrpc.AppendUint32(vals, uint32(t))
+		}
 		if m.Has(AttrLeaseTime) {
 			mask = mask.With(AttrLeaseTime)
 			vals = sunrpc.AppendUint32(vals, s.lease)
 		}
 		return OK, sunrpc.AppendOpaque(appendBitmap(nil, mask), vals)
+	case OpOpen:
+		d.Uint32()
+		d.Uint32()
+		d.Uint32()
+		decodeOwner(d)
+		if d.Uint32() == 1 { // OPEN4_CREATE
+			switch CreateMode(d.Uint32()) {
+			case Unchecked, Guarded:
+				decodeBitmap(d)
+				d.Opaque(-1)
+			case Exclusive4:
+				d.FixedOpaque(8)
+			case Exclusive41:
+				d.FixedOpaque(8)
+				decodeBitmap(d)
+				d.Opaque(-1)
+			}
+		}
+		if claim := d.Uint32(); claim != 0 {
+			return ErrNotSupp, nil
+		}
+		s.cur = d.String(maxName)
+		s.opens++
+		r = appendStateID(r, StateID{Seq: 1, Other: [12]byte{byte(s.opens)}})
+		r = append(r, make([]byte, changeInfoSize)...)
+		r = sunrpc.AppendUint32(r, 0)
+		r = appendBitmap(r, NewBitmap(AttrMode))
+		return OK, sunrpc.AppendUint32(r, 0) // OPEN_DELEGATE_NONE
+	case OpClose:
+		d.Uint32()
+		sid := decodeStateID(d)
+		if s.opens == 0 {
+			return ErrBadStateID, nil
+		}
+		s.opens--
+		return OK, appendStateID(nil, sid)
 	case OpDestroySession:
 		var sid SessionID
 		copy(sid[:], d.FixedOpaque(16))
@@ -295,6 +347,9 @@ func (s *fakeServer) op(d *sunrpc.Decoder, op Op, n int) (Status, []byte) {
 			if ss.client == id {
 				return ErrClientIDBusy, nil
 			}
+		}
+		if s.opens > 0 {
+			return ErrClientIDBusy, nil // knfsd: a client ID with state
 		}
 		delete(s.clients, id)
 		s.destroyed.clients++

@@ -3,6 +3,7 @@ package nfs4
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -280,5 +281,52 @@ func TestMinorVersion(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestTargetCloseEndsOpens: Mount over a given transport looks the export
+// up; Target.Close ends the opens of Files left open, so that
+// DESTROY_CLIENTID, which a server refuses while the client ID holds state,
+// succeeds; and a client whose files stay open reports that refusal.
+func TestTargetCloseEndsOpens(t *testing.T) {
+	s := newFakeServer(60, 4)
+	ctx := context.Background()
+	tg, err := Mount(ctx, "server", "/export", &MountOptions{Transport: s, Client: ClientOptions{AuthNone: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(tg.Root()) != "export" {
+		t.Errorf("root handle %q, want the export's", tg.Root())
+	}
+	for _, name := range []string{"f1", "f2"} {
+		if _, err := tg.OpenFileContext(ctx, name, os.O_RDONLY, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f3, err := tg.OpenFileContext(ctx, "f3", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f3.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.opens != 2 {
+		t.Fatalf("%d opens on the server, want 2", s.opens)
+	}
+	if err := tg.Close(); err != nil {
+		t.Fatalf("Close with two files open: %v", err)
+	}
+	if s.opens != 0 || s.destroyed.clients != 1 {
+		t.Errorf("after Close: %d opens, %d client IDs destroyed", s.opens, s.destroyed.clients)
+	}
+
+	// The handle API leaves opens to its caller: Close reports the refusal.
+	s2 := newFakeServer(60, 4)
+	c := newTestClient(t, s2, nil)
+	if _, err := c.Open(ctx, FileHandle("root"), "f1", ShareAccessRead, ShareDenyNone, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); !errors.Is(err, ErrClientIDBusy) {
+		t.Errorf("Close with an open left: %v, want NFS4ERR_CLIENTID_BUSY", err)
 	}
 }
