@@ -34,13 +34,13 @@ type fakeServer struct {
 	closed   bool
 	// One regular file, behind any handle: its data, the write verifier,
 	// and a restart (new verifier) after the bumpAfter-th WRITE (0: never).
-	data      []byte
-	verf      Verifier
+	data []byte
+	verf Verifier
 	// The namespace: a handle is its name; names starting with "f" are
 	// regular files, the rest directories. cur is the current handle of
 	// the compound being executed, opens the opens not yet closed.
-	cur   string
-	opens int
+	cur       string
+	opens     int
 	writes    int
 	bumpAfter int
 }
