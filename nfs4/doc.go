@@ -55,8 +55,10 @@
 //
 // Target is the path API and io/fs file system (fs.FS, fs.StatFS,
 // fs.ReadDirFS, fs.ReadFileFS; testing/fstest passes on knfsd), shaped like
-// nfs3.Target: Mount or MountTCP, OpenFile with os.OpenFile's flags,
-// Context variants, *File with ReadAt, WriteAt, Seek and ReadDir.
+// nfs3.Target: Mount or MountTCP (or nfsrdma.MountV4 over RDMA), OpenFile
+// with os.OpenFile's flags, Context variants, *File with ReadAt, WriteAt,
+// Seek, Truncate and ReadDir. A regular File holds an OPEN until Close;
+// Target.Close ends those still open before destroying the client ID.
 //
 // # Not yet
 //
