@@ -64,9 +64,11 @@
 //
 // No back channel (so no delegations, no CB_OFFLOAD: an asynchronous COPY
 // is an error), no reclaim of open and lock state after the server restarts
-// (recovery makes a new client ID; old stateids then fail), no RPCSEC_GSS
+// (recovery makes a new client ID; old stateids then fail; a lease that
+// lapsed is recovered the same way once the server drops the client), no
+// RPCSEC_GSS
 // and no SP4_MACH_CRED, no pNFS, no named attributes or ACLs, no
-// OPEN_DOWNGRADE, no READ_PLUS, no trunking or session over several
+// OPEN_DOWNGRADE, FREE_STATEID or TEST_STATEID, no READ_PLUS, no trunking or session over several
 // connections, no multi-component symbolic-link resolution in the path API,
 // no data or attribute caching, and no FUSE mount (fusefs speaks NFSv3).
 // ca_rdma_ird is left empty, as the Linux client leaves it: RPC-over-RDMA
