@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
@@ -90,38 +91,34 @@ func TestSlotsCappedByCredits(t *testing.T) {
 // TestSlotsAreFlowControl: with 2 slots, at most 2 compounds are
 // outstanding; the others wait, and all complete.
 func TestSlotsAreFlowControl(t *testing.T) {
-	s := newFakeServer(60, 2)
-	gate := &gatedTransport{fakeServer: s, release: make(chan struct{})}
-	c, err := NewClient(context.Background(), s, &ClientOptions{AuthNone: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	// Swap in the gate after establishment.
-	c.rpc, _ = sunrpc.NewClient(gate, sunrpc.ClientConfig{Prog: Program, Vers: Version})
-	var wg sync.WaitGroup
-	for range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := c.RootFH(context.Background()); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for gate.waiting() < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if w := gate.waiting(); w != 2 {
-		t.Errorf("%d compounds outstanding on a session of 2 slots", w)
-	}
-	close(gate.release)
-	wg.Wait()
-	if gate.max != 2 {
-		t.Errorf("at most %d outstanding, want 2", gate.max)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer(60, 2)
+		gate := &gatedTransport{fakeServer: s, release: make(chan struct{})}
+		c, err := NewClient(context.Background(), s, &ClientOptions{AuthNone: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// The gate goes in after establishment.
+		c.rpc, _ = sunrpc.NewClient(gate, sunrpc.ClientConfig{Prog: Program, Vers: Version})
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				if _, err := c.RootFH(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		synctest.Wait() // every caller sent or waits for a slot
+		if w := gate.waiting(); w != 2 {
+			t.Errorf("%d compounds outstanding on a session of 2 slots", w)
+		}
+		close(gate.release)
+		wg.Wait()
+		if gate.max != 2 {
+			t.Errorf("at most %d outstanding, want 2", gate.max)
+		}
+	})
 }
 
 type gatedTransport struct {
@@ -145,41 +142,53 @@ func (g *gatedTransport) RoundTrip(ctx context.Context, req *sunrpc.Request) (*s
 	return g.fakeServer.RoundTrip(ctx, req)
 }
 
-// TestLeaseRenewal: an idle client sends SEQUENCE alone every half lease.
+// TestLeaseRenewal: an idle client sends SEQUENCE alone every half lease,
+// and nothing after Close (in a synctest bubble: fake time).
 func TestLeaseRenewal(t *testing.T) {
-	s := newFakeServer(1, 4) // a 1 s lease: renewals every 500 ms
-	c := newTestClient(t, s, nil)
-	time.Sleep(1700 * time.Millisecond)
-	seqOnly, _, _ := s.counts()
-	if seqOnly < 2 || c.Renewals() < 2 {
-		t.Errorf("%d SEQUENCE-only compounds (%d renewals counted) in 1.7 leases of idleness, want at least 2", seqOnly, c.Renewals())
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	after, _, _ := s.counts()
-	time.Sleep(700 * time.Millisecond)
-	if n, _, _ := s.counts(); n != after {
-		t.Errorf("renewals after Close: %d → %d", after, n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer(10, 4) // a 10 s lease: renewals every 5 s of idleness
+		c := newTestClient(t, s, nil)
+		time.Sleep(4 * time.Second)
+		synctest.Wait()
+		if n, _, _ := s.counts(); n != 0 {
+			t.Errorf("%d renewals within half a lease", n)
+		}
+		time.Sleep(17 * time.Second) // 21 s idle: renewals at 5, 10, 15, 20
+		synctest.Wait()
+		seqOnly, _, _ := s.counts()
+		if seqOnly != 4 || c.Renewals() != 4 {
+			t.Errorf("%d SEQUENCE-only compounds (%d renewals counted) in 21 s of idleness with a 10 s lease, want 4", seqOnly, c.Renewals())
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n, _, _ := s.counts(); n != seqOnly {
+			t.Errorf("renewals after Close: %d → %d", seqOnly, n)
+		}
+	})
 }
 
 // TestBusyClientSendsNoRenewals: SEQUENCE on ordinary compounds renews the
-// lease, so a busy client sends no extra SEQUENCE.
+// lease, so a client busy more often than every half lease sends no extra
+// SEQUENCE.
 func TestBusyClientSendsNoRenewals(t *testing.T) {
-	s := newFakeServer(1, 4)
-	c := newTestClient(t, s, nil)
-	defer c.Close()
-	end := time.Now().Add(1500 * time.Millisecond)
-	for time.Now().Before(end) {
-		if _, err := c.RootFH(context.Background()); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeServer(10, 4)
+		c := newTestClient(t, s, nil)
+		defer c.Close()
+		for range 60 {
+			if _, err := c.RootFH(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n, _, _ := s.counts(); n != 0 {
-		t.Errorf("%d SEQUENCE-only compounds from a client busy every 50 ms", n)
-	}
+		synctest.Wait()
+		if n, _, _ := s.counts(); n != 0 {
+			t.Errorf("%d SEQUENCE-only compounds from a client busy every second for a minute", n)
+		}
+	})
 }
 
 // TestRecoverBadSession: a session the server lost is replaced and the call
