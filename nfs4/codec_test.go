@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nfsrdma/nfsrdma/sunrpc"
@@ -391,7 +392,7 @@ func TestStatusErrors(t *testing.T) {
 		target error
 	}{
 		{ErrNoEnt, fs.ErrNotExist}, {ErrExist, fs.ErrExist}, {ErrAccess, fs.ErrPermission},
-		{ErrNotEmpty, fs.ErrExist}, {ErrDelay, errAgain}, {ErrDenied, errAgain}, {ErrStale, errStale},
+		{ErrNotEmpty, fs.ErrExist}, {ErrDelay, syscall.EAGAIN}, {ErrDenied, syscall.EAGAIN}, {ErrStale, syscall.ESTALE},
 	} {
 		if !errors.Is(tc.s, tc.target) {
 			t.Errorf("%v is not %v", tc.s, tc.target)
