@@ -251,6 +251,14 @@ var StatAttrs = NewBitmap(AttrType, AttrChange, AttrSize, AttrFSID, AttrFileID, 
 	AttrNumLinks, AttrOwner, AttrOwnerGroup, AttrRawDev, AttrSpaceUsed, AttrTimeAccess,
 	AttrTimeMetadata, AttrTimeModify)
 
+// DirAttrs is what READDIR asks for each entry by default: StatAttrs, the
+// entry's filehandle (as NFSv3's READDIRPLUS gives it) and rdattr_error, so
+// that an entry whose attributes fail is reported in it instead of failing
+// the whole page (RFC 8881 §18.23.3).
+var DirAttrs = NewBitmap(AttrType, AttrChange, AttrSize, AttrFSID, AttrRdattrError, AttrFileHandle, AttrFileID, AttrMode,
+	AttrNumLinks, AttrOwner, AttrOwnerGroup, AttrRawDev, AttrSpaceUsed, AttrTimeAccess,
+	AttrTimeMetadata, AttrTimeModify)
+
 // maxAttrSize bounds the encoded fattr4 of StatAttrs-like requests, owners
 // of up to 128 bytes each.
 const maxAttrSize = 4 + 4*maxBitmapWords + 4 + 512
@@ -315,7 +323,7 @@ func (a *Attr) decodeOne(v *sunrpc.Decoder, n int) error {
 	case AttrRdattrError:
 		a.RdattrError = Status(v.Uint32())
 	case AttrFileHandle:
-		a.FileHandle = FileHandle(v.Opaque(MaxFH))
+		a.FileHandle = append(FileHandle(nil), v.Opaque(MaxFH)...) // a copy: the reply's buffer goes back to the transport
 	case AttrFileID:
 		a.FileID = v.Uint64()
 	case AttrFilesAvail:

@@ -3,6 +3,7 @@ package nfs4
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -41,6 +42,8 @@ type fakeServer struct {
 	// the compound being executed, opens the opens not yet closed.
 	cur       string
 	opens     int
+	dirs      map[string][]string // the entries of each directory handle
+	removed   []string            // REMOVE's names, in order
 	writes    int
 	bumpAfter int
 }
@@ -53,7 +56,7 @@ type fakeSession struct {
 var errLost = fmt.Errorf("fake: reply lost")
 
 func newFakeServer(lease uint32, slots uint32) *fakeServer {
-	return &fakeServer{lease: lease, maxSlots: slots, maxMinor: 1, owners: map[string]uint64{}, clients: map[uint64]bool{}, sessions: map[SessionID]*fakeSession{}, nextID: 0x100}
+	return &fakeServer{lease: lease, maxSlots: slots, maxMinor: 1, dirs: map[string][]string{}, owners: map[string]uint64{}, clients: map[uint64]bool{}, sessions: map[SessionID]*fakeSession{}, nextID: 0x100}
 }
 
 func (s *fakeServer) Close() error {
@@ -321,6 +324,48 @@ func (s *fakeServer) op(d *sunrpc.Decoder, op Op, n int) (Status, []byte) {
 		r = sunrpc.AppendUint32(r, 0)
 		r = appendBitmap(r, NewBitmap(AttrMode))
 		return OK, sunrpc.AppendUint32(r, 0) // OPEN_DELEGATE_NONE
+	case OpReaddir:
+		d.Uint64()
+		d.FixedOpaque(8)
+		d.Uint32()
+		d.Uint32()
+		m := decodeBitmap(d)
+		r = append(r, make([]byte, 8)...)
+		for i, name := range s.dirs[s.cur] {
+			r = sunrpc.AppendBool(r, true)
+			r = sunrpc.AppendUint64(r, uint64(i+1))
+			r = sunrpc.AppendString(r, name)
+			var mask Bitmap
+			var vals []byte
+			if m.Has(AttrType) {
+				mask = mask.With(AttrType)
+				t := TypeDir
+				if strings.HasPrefix(name, "f") {
+					t = TypeReg
+				}
+				vals = sunrpc.AppendUint32(vals, uint32(t))
+			}
+			if m.Has(AttrFileHandle) {
+				mask = mask.With(AttrFileHandle)
+				vals = sunrpc.AppendOpaque(vals, []byte(name))
+			}
+			r = sunrpc.AppendOpaque(appendBitmap(r, mask), vals)
+		}
+		r = sunrpc.AppendBool(r, false)
+		return OK, sunrpc.AppendBool(r, true)
+	case OpRemove:
+		name := d.String(maxName)
+		if len(s.dirs[name]) > 0 {
+			return ErrNotEmpty, nil
+		}
+		es := s.dirs[s.cur]
+		i := slices.Index(es, name)
+		if i < 0 {
+			return ErrNoEnt, nil
+		}
+		s.dirs[s.cur] = slices.Delete(es, i, i+1)
+		s.removed = append(s.removed, name)
+		return OK, make([]byte, changeInfoSize)
 	case OpClose:
 		d.Uint32()
 		sid := decodeStateID(d)

@@ -588,12 +588,16 @@ func (t *Target) removeContents(ctx context.Context, p string, dir FileHandle) e
 	for _, e := range es {
 		child := path.Join(p, e.Name)
 		if e.Attr.Type == TypeDir {
-			fh, _, err := t.c.Lookup(ctx, dir, e.Name)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				return pathErr("removeall", child, err)
+			fh := e.Attr.FileHandle
+			if fh == nil {
+				var err error
+				fh, _, err = t.c.Lookup(ctx, dir, e.Name)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return pathErr("removeall", child, err)
+				}
 			}
 			if err := t.removeContents(ctx, child, fh); err != nil {
 				return err

@@ -409,12 +409,13 @@ func (e *CookieLoopError) Error() string {
 	return fmt.Sprintf("nfs4: directory listing loops or stalls at cookie %d", e.Cookie)
 }
 
-// DirEntries lists dir with READDIR (attributes: mask, nil for StatAttrs),
+// DirEntries lists dir with READDIR (attributes: mask, nil for DirAttrs),
 // page after page as they are consumed. NFSv4 servers return no "." or
-// "..".
+// "..". An entry whose attributes the server could not get has
+// Attr.RdattrError set (with DirAttrs).
 func (c *Client) DirEntries(ctx context.Context, dir FileHandle, mask Bitmap) iter.Seq2[DirEntry, error] {
 	if mask == nil {
-		mask = StatAttrs
+		mask = DirAttrs
 	}
 	return func(yield func(DirEntry, error) bool) {
 		var cookie uint64
@@ -449,7 +450,7 @@ func (c *Client) DirEntries(ctx context.Context, dir FileHandle, mask Bitmap) it
 	}
 }
 
-// ReadDirAll returns all of dir's entries with StatAttrs.
+// ReadDirAll returns all of dir's entries with DirAttrs.
 func (c *Client) ReadDirAll(ctx context.Context, dir FileHandle) ([]DirEntry, error) {
 	var all []DirEntry
 	for e, err := range c.DirEntries(ctx, dir, nil) {

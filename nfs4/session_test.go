@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -337,5 +338,48 @@ func TestTargetCloseEndsOpens(t *testing.T) {
 	}
 	if err := c.Close(); !errors.Is(err, ErrClientIDBusy) {
 		t.Errorf("Close with an open left: %v, want NFS4ERR_CLIENTID_BUSY", err)
+	}
+}
+
+// TestTargetReadDirAndRemoveAll: the path API lists a directory sorted,
+// with each entry's handle from READDIR's filehandle attribute, and
+// RemoveAll empties a tree depth first without looking entries up again.
+func TestTargetReadDirAndRemoveAll(t *testing.T) {
+	s := newFakeServer(60, 4)
+	s.dirs["export"] = []string{"f2", "d1", "f1"}
+	s.dirs["d1"] = []string{"f3", "d2"}
+	s.dirs["d2"] = []string{"f4"}
+	ctx := context.Background()
+	tg, err := Mount(ctx, "server", "/export", &MountOptions{Transport: s, Client: ClientOptions{AuthNone: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	es, err := tg.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		fi, _ := e.Info()
+		if string(fi.(*FileInfo).FH) != e.Name() {
+			t.Errorf("%s: handle %q", e.Name(), fi.(*FileInfo).FH)
+		}
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"d1", "f1", "f2"}) || !es[0].IsDir() || es[1].IsDir() {
+		t.Errorf("ReadDir: %v", names)
+	}
+	_, before, _ := s.counts()
+	if err := tg.RemoveAll(ctx, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := s.counts()
+	if want := []string{"f3", "f4", "d2", "d1"}; !slices.Equal(s.removed, want) {
+		t.Errorf("removed %v, want %v (depth first)", s.removed, want)
+	}
+	// LOOKUP of d1, READDIR of d1 and d2, four REMOVEs: no LOOKUP per entry.
+	if n := after - before; n != 7 {
+		t.Errorf("%d compounds for RemoveAll of a tree of 4 entries, want 7", n)
 	}
 }
