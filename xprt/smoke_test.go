@@ -106,6 +106,9 @@ func TestSmokeNull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n := tr.Credits(); n != 1 {
+		t.Errorf("Credits %d on a new connection, want 1 (RFC 8166 §3.3.3)", n)
+	}
 	for i := 0; i < 50; i++ {
 		res, err := rpc.Call(ctx, 0, &sunrpc.Args{MaxResults: 0})
 		if err != nil {
@@ -116,6 +119,9 @@ func TestSmokeNull(t *testing.T) {
 	c := tr.Counters()
 	if c.Calls != 50 || c.Credits != 8 {
 		t.Errorf("counters: %s", c)
+	}
+	if n := tr.Credits(); n != 8 {
+		t.Errorf("Credits %d after the server granted 8", n)
 	}
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)

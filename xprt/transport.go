@@ -280,6 +280,21 @@ func (t *Transport) InlineSizes() (send, recv int) {
 	return t.cn.inlineSend, t.cn.inlineRecv
 }
 
+// Credits returns the credit grant in force on the current connection
+// (RFC 8166 §3.3.1): how many calls may be outstanding at once, at most
+// Config.Slots; 0 while reconnecting. A session layer above with flow
+// control of its own (NFSv4.1 slots) sizes itself by it.
+func (t *Transport) Credits() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cn == nil {
+		return 0
+	}
+	t.cn.mu.Lock()
+	defer t.cn.mu.Unlock()
+	return t.cn.credits.Granted()
+}
+
 // Close fails the outstanding calls, drains the connection and releases
 // everything. It is idempotent.
 func (t *Transport) Close() error {
