@@ -137,6 +137,10 @@ type node struct {
 	deferTimer   *time.Timer
 	deferredErr  error
 	deferMu      sync.Mutex
+
+	// acls: the server's last answer of the object's POSIX ACLs
+	// (xattr.go).
+	acls aclAnswer
 }
 
 // plusEntry is one entry of a READDIRPLUS reply.
