@@ -179,7 +179,9 @@ func TestACLXattrs(t *testing.T) {
 	as.mu.Lock()
 	calls := as.setacls
 	as.mu.Unlock()
-	e := func(tag nfs3.ACLTag, id, perm uint32) nfs3.ACLEntry { return nfs3.ACLEntry{Tag: tag, ID: id, Perm: perm} }
+	e := func(tag nfs3.ACLTag, id, perm uint32) nfs3.ACLEntry {
+		return nfs3.ACLEntry{Tag: tag, ID: id, Perm: perm}
+	}
 	modeACL := func(mode uint32) nfs3.ACL {
 		return nfs3.ACL{Count: 4, Entries: []nfs3.ACLEntry{
 			e(nfs3.TagUserObj, uid, mode>>6&7), e(nfs3.TagGroupObj, gid, mode>>3&7), e(nfs3.TagMask, 0, mode>>3&7), e(nfs3.TagOther, 0, mode&7)}}
