@@ -255,6 +255,9 @@ func TestACLXattrsChangedElsewhere(t *testing.T) {
 	if got := listxattr(t, m.path("f")); got != xattrACLAccess+"\x00" {
 		t.Fatalf("listxattr: %q", got)
 	}
+	if _, err := getxattr(t, m.path("f"), xattrACLAccess); err != nil {
+		t.Fatalf("getxattr: %v", err)
+	}
 	// Another client: the ACL goes, the ctime moves (go-nfs gives the
 	// mtime as the ctime).
 	as.setACLs(lr.FH, nil, nil)
@@ -274,6 +277,10 @@ func TestACLXattrsChangedElsewhere(t *testing.T) {
 	}
 	if got := listxattr(t, m.path("f")); got != "" {
 		t.Errorf("listxattr after the ACL went elsewhere: %q", got)
+	}
+	// Nor does the kernel keep the ACL it was given.
+	if got, err := getxattr(t, m.path("f"), xattrACLAccess); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("getxattr after the ACL went elsewhere: %x (%v), want ENODATA", got, err)
 	}
 	if n, _ := as.counts(); n != 2 {
 		t.Errorf("%d GETACLs, want 2", n)
