@@ -903,7 +903,7 @@ func semACLScenarios() []semScenario {
 			"-rw-rw----+ f",
 			"user:1002:r--",
 			"default:user:1002:rwx",
-			"setfattr user.x f: EOPNOTSUPP",
+			"setfattr user.x f: ENOTSUP",
 			"f ok system.posix_acl_access,;",
 		},
 	}, {
