@@ -707,6 +707,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if truncate {
 		n.dataGen.Add(1)
 	}
+	if s.Mode != nil {
+		n.forgetACLs() // a chmod changes the access ACL (xattr.go)
+	}
 	if err != nil {
 		n.setWcc(&w)
 		return toErrno(err)

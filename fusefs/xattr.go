@@ -61,7 +61,7 @@ const (
 // aclAnswer is a node's last GETACL answer, as the two xattrs give it
 // (nil: no such ACL; a non-directory's default is always nil). It answers
 // while the node's attributes are trusted and show the ctime it came
-// with; a SETACL through the mount drops it. The node's mutex guards it.
+// with; a SETACL or a chmod through the mount drops it. The node's mutex guards it.
 type aclAnswer struct {
 	ok      bool // an answer is held
 	ctime   nfs3.Time
@@ -257,6 +257,15 @@ func (n *node) getACLs(ctx context.Context) (aclAnswer, error) {
 	return a, nil
 }
 
+// forgetACLs drops n's cached ACLs: this mount changed its mode, which
+// changes its access ACL (as the Linux client forgets an inode's ACLs at
+// its SETATTR of the mode), whatever ctime the server gives it.
+func (n *node) forgetACLs() {
+	n.mu.Lock()
+	n.acls = aclAnswer{}
+	n.mu.Unlock()
+}
+
 // setACL sets n's access ACL (dflt false) or default ACL to entries (nil:
 // removes it) with the caller's credential; see the comment at the top.
 func (n *node) setACL(ctx context.Context, dflt bool, entries []nfs3.ACLEntry) syscall.Errno {
@@ -312,9 +321,7 @@ func (n *node) setACL(ctx context.Context, dflt bool, entries []nfs3.ACLEntry) s
 		r, err = f.c.SetACL(cctx, fh, mask, &wa, wd)
 		return err
 	})
-	n.mu.Lock()
-	n.acls = aclAnswer{}
-	n.mu.Unlock()
+	n.forgetACLs()
 	if r.Attr != nil {
 		n.setAttr(r.Attr)
 	} else {

@@ -404,3 +404,42 @@ func FuzzACLXattr(f *testing.F) {
 		}
 	})
 }
+
+// TestACLXattrsAfterChmod: a chmod through the mount changes the access
+// ACL's mask on the server, so the ACL is asked again, even where the
+// server's ctime does not show the change (go-nfs gives the mtime).
+func TestACLXattrsAfterChmod(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	as := &aclServer{}
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		as.Transport = tr
+		return as
+	})
+	ctx := testCtx(t)
+	if err := os.WriteFile(filepath.Join(srv.Dir, "f"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	lr, err := m.fsys.c.Lookup(ctx, m.fsys.root.fh, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as.setACLs(lr.FH, []nfs3.ACLEntry{{Tag: nfs3.TagUserObj, Perm: 6}, {Tag: nfs3.TagUser, ID: 9, Perm: 4},
+		{Tag: nfs3.TagGroupObj, Perm: 4}, {Tag: nfs3.TagMask, Perm: 4}, {Tag: nfs3.TagOther}}, nil)
+	for range 2 {
+		if _, err := getxattr(t, m.path("f"), xattrACLAccess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := as.counts(); n != 1 {
+		t.Fatalf("%d GETACLs for two reads, want 1", n)
+	}
+	if err := os.Chmod(m.path("f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := getxattr(t, m.path("f"), xattrACLAccess); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := as.counts(); n != 2 {
+		t.Errorf("%d GETACLs after a chmod through the mount, want 2", n)
+	}
+}
