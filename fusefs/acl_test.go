@@ -15,16 +15,42 @@ import (
 	"github.com/nfsrdma/nfsrdma/sunrpc"
 )
 
-// aclServer answers NFSACL GETACL itself, as knfsd does beside NFS on the
-// same port (go-nfs has no NFSACL): the directories whose handles it was
-// given have a default ACL, others none. It records the modes of the
-// CREATEs and MKDIRs that pass, and counts the GETACLs.
+// aclServer answers NFSACL GETACL and SETACL itself, as knfsd does beside
+// NFS on the same port (go-nfs has no NFSACL): the directories whose
+// handles it was given have a default ACL, others none, unless SETACL (or
+// setACLs) gave the object ACLs of its own. It records the modes of the
+// CREATEs and MKDIRs that pass and the SETACLs, and counts the GETACLs.
+// A SETACL is refused with setErr when set; neither reply carries
+// attributes.
 type aclServer struct {
 	sunrpc.Transport
 	mu       sync.Mutex
 	defaults [][]byte
 	getacls  int
 	modes    map[string]uint32 // by name: the mode a CREATE or MKDIR sent
+	acls     map[string][2]nfs3.ACL
+	setacls  []setACLCall
+	setErr   nfs3.Status
+}
+
+// setACLCall is a SETACL's arguments as aclServer decoded them.
+type setACLCall struct {
+	fh           []byte
+	mask         nfs3.ACLMask
+	access, dflt nfs3.ACL
+}
+
+// setACLs gives the object fh the access and default ACLs.
+func (s *aclServer) setACLs(fh nfs3.FileHandle, access, dflt []nfs3.ACLEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acls == nil {
+		s.acls = make(map[string][2]nfs3.ACL)
+	}
+	s.acls[string(fh)] = [2]nfs3.ACL{
+		{Count: uint32(len(access)), Entries: access},
+		{Count: uint32(len(dflt)), Entries: dflt},
+	}
 }
 
 func (s *aclServer) addDefault(fh nfs3.FileHandle) {
@@ -61,9 +87,43 @@ func (s *aclServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 				r.Default = nfs3.ACL{Count: 5}
 			}
 		}
+		if a, ok := s.acls[string(fh)]; ok {
+			r.Access, r.Default = a[0], a[1]
+		}
+		if mask&nfs3.ACLAccess == 0 {
+			r.Access.Entries = nil
+		}
+		if mask&nfs3.ACLDefault == 0 {
+			r.Default.Entries = nil
+		}
 		s.mu.Unlock()
 		b := sunrpc.AppendReply(nil, &sunrpc.ReplyHeader{XID: h.XID, Stat: sunrpc.MsgAccepted})
 		b = r.Append(sunrpc.AppendUint32(b, uint32(nfs3.StatusOK)), nfs3.StatusOK)
+		return sunrpc.NewReply(b, nil, nil), nil
+	case h.Prog == nfs3.ACLProgram && h.Proc == nfs3.ACLProcSetacl:
+		fh, mask, access, dflt, err := nfs3.DecodeSetACLArgs(d)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		st := s.setErr
+		s.setacls = append(s.setacls, setACLCall{fh: bytes.Clone(fh), mask: mask, access: access, dflt: dflt})
+		if st == nfs3.StatusOK {
+			if s.acls == nil {
+				s.acls = make(map[string][2]nfs3.ACL)
+			}
+			a := s.acls[string(fh)]
+			if mask&nfs3.ACLAccess != 0 {
+				a[0] = access
+			}
+			if mask&nfs3.ACLDefault != 0 {
+				a[1] = dflt
+			}
+			s.acls[string(fh)] = a
+		}
+		s.mu.Unlock()
+		b := sunrpc.AppendReply(nil, &sunrpc.ReplyHeader{XID: h.XID, Stat: sunrpc.MsgAccepted})
+		b = (&nfs3.SetACLResult{}).Append(sunrpc.AppendUint32(b, uint32(st)), st)
 		return sunrpc.NewReply(b, nil, nil), nil
 	case h.Prog == nfs3.Program && (h.Proc == nfs3.ProcCreate || h.Proc == nfs3.ProcMkdir):
 		d.Opaque(nfs3.FHSize)

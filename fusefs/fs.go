@@ -67,8 +67,12 @@
 //     by the mount (FUSE DONT_MASK), and left out in a directory that has
 //     a default POSIX ACL, asked of the server with NFSACL, as the Linux
 //     client does (Options.NoACL: always applied; acl.go).
-//   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no extended
-//     attributes and no fallocate.
+//   - POSIX ACLs are the extended attributes system.posix_acl_access and
+//     system.posix_acl_default, read and set with NFSACL as on the Linux
+//     client; other names give EOPNOTSUPP (NFSv3 has no extended
+//     attributes), as do these with Options.NoACL (xattr.go).
+//   - NFS errors map to errnos (nfs3.Status.Errno). NFSv3 has no
+//     fallocate.
 package fusefs
 
 import (
@@ -279,7 +283,7 @@ type MountConfig struct {
 }
 
 // FUSEOptions returns the go-fuse options for mounting f: requests up to
-// wsize, no xattrs (NFSv3 has none), permissions decided by the server
+// wsize, the two POSIX ACLs as xattrs (xattr.go), permissions decided by the server
 // (no default_permissions: access.go), the attribute timeouts set per
 // reply, read-only when Options.ReadOnly.
 func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
@@ -301,7 +305,10 @@ func (f *FS) FUSEOptions(mc MountConfig) *fs.Options {
 		// before the kernel throttles: as many as the transport pipelines.
 		MaxBackground:       64,
 		CongestionThreshold: 48,
-		DisableXAttrs:       true,
+		// Extended attributes reach the mount (xattr.go): the two ACL
+		// names, EOPNOTSUPP for others. Not FUSE_POSIX_ACL, which would
+		// have the kernel check permissions itself.
+		DisableXAttrs: false,
 		// Read replies are in memory: splicing them would copy them into
 		// a pipe first (and a 1 MiB reply does not fit one).
 		DisableSplice: true,

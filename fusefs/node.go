@@ -79,6 +79,11 @@ type node struct {
 	// which this node was last given to the kernel is trusted by this
 	// mount (the kernel itself is told 0).
 	entryUntil time.Time
+
+	// acls: the server's last answer of the object's POSIX ACLs
+	// (xattr.go), used while the attributes are trusted and show the
+	// same ctime.
+	acls aclAnswer
 }
 
 // newNode returns the node of the object of type typ with handle fh, with
@@ -553,6 +558,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}()
 	if truncate {
 		n.file.changedData()
+	}
+	if s.Mode != nil {
+		n.forgetACLs() // a chmod changes the access ACL (xattr.go)
 	}
 	if err != nil {
 		n.setWcc(&w)

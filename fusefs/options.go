@@ -74,9 +74,11 @@ type Options struct {
 	ReadOnly bool
 
 	// NoACL does without the server's NFSACL (nfs(5) noacl): the
-	// creator's umask applies to every new file, directory and device,
-	// where otherwise a directory's default POSIX ACL replaces it (as
-	// acl(5) says and the kernel client does; acl.go).
+	// POSIX ACL xattrs give EOPNOTSUPP, where otherwise they read and
+	// set the server's ACLs (xattr.go), and the creator's umask applies
+	// to every new file, directory and device, where otherwise a
+	// directory's default ACL replaces it (as acl(5) says and the kernel
+	// client does; acl.go).
 	NoACL bool
 
 	// Locker takes POSIX (fcntl) and flock locks on the server with NLM

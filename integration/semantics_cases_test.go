@@ -46,6 +46,7 @@ func semScenarios() []semScenario {
 	ss = append(ss, semNameScenarios()...)
 	ss = append(ss, semCTOScenarios()...)
 	ss = append(ss, semMetaScenarios()...)
+	ss = append(ss, semACLScenarios()...)
 	return ss
 }
 
@@ -799,5 +800,196 @@ func semMetaScenarios() []semScenario {
 			s.meta("f", false)
 		},
 		kernelWant: []string{"other u1001 read f: open=ok read=ok \"ab23456789\\ntail\\n\""},
+	}}
+}
+
+// semTool runs a command-line tool (getfacl, setfacl, ls) as a, in the
+// view where of the scenario's directory, names relative to it, and logs
+// its exit status and output (spaces squeezed). The tool runs with a's
+// credential set in its own process (a thread's credential, which
+// semRun.do sets, would not let it set another).
+func (s *semRun) tool(where string, a pcActor, args ...string) string {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Dir = s.dir(where)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: a.uid, Gid: a.gid, Groups: a.groups}}
+	out, err := cmd.CombinedOutput()
+	status := "ok"
+	if err != nil {
+		status = err.Error()
+	}
+	r := status + " " + strings.Join(strings.Fields(string(out)), " ")
+	s.log("%s %s %s: %s", where, a.name, strings.Join(args, " "), r)
+	return r
+}
+
+// semLsModes is what ls -l shows of dir's entries: each one's mode
+// string (with its '+' for an ACL) and name.
+func (s *semRun) lsModes(where string, a pcActor, dir string) {
+	cmd := exec.Command("ls", "-la", dir)
+	cmd.Dir = s.dir(where)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: a.uid, Gid: a.gid, Groups: a.groups}}
+	out, err := cmd.CombinedOutput()
+	var modes []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[len(f)-1] == ".." {
+			continue
+		}
+		modes = append(modes, f[0]+" "+f[len(f)-1])
+	}
+	s.log("%s %s ls -la %s: %s %s", where, a.name, dir, en(err), strings.Join(modes, "; "))
+}
+
+// (f) POSIX ACLs through the mount: getfacl and ls -l read the server's
+// ACLs (GETACL), setfacl sets them (SETACL) as the owner and is refused
+// to others, an access ACL's change reaches another client's user, and a
+// default ACL set through the mount is inherited.
+func semACLScenarios() []semScenario {
+	return []semScenario{{
+		name:   "acl/getfacl",
+		export: exportDir,
+		setup: func(s *semRun) error {
+			if err := semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o640, content: "acl\n", acl: "u:1002:r--,g:1003:rw-"},
+				semFileSpec{name: "g", uid: 1001, gid: 1001, mode: 0o644, content: "plain\n"})(s); err != nil {
+				return err
+			}
+			d := filepath.Join(s.srv, "d")
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chown(d, 1001, 1001); err != nil {
+				return err
+			}
+			if out, err := exec.Command("setfacl", "-d", "-m", "u:1002:rwx", d).CombinedOutput(); err != nil {
+				return fmt.Errorf("setfacl -d: %v: %s", err, out)
+			}
+			return nil
+		},
+		steps: func(s *semRun) {
+			s.lsModes("this", semU2, ".")
+			s.tool("this", semU2, "getfacl", "-c", "f", "g", "d")
+			s.tool("this", semU2, "getfacl", "-c", "-a", "d")
+			// The other namespaces: NFSv3 has none.
+			s.do("this", semU1, "setfattr user.x f", func(d string) string {
+				return en(unix.Setxattr(filepath.Join(d, "f"), "user.x", []byte("1"), 0))
+			})
+			s.do("this", semU1, "getfattr user.x f", func(d string) string {
+				_, err := unix.Getxattr(filepath.Join(d, "f"), "user.x", make([]byte, 64))
+				return en(err)
+			})
+			s.do("this", semU1, "listxattr f g d", func(d string) string {
+				var r []string
+				for _, n := range []string{"f", "g", "d"} {
+					buf := make([]byte, 256)
+					k, err := unix.Listxattr(filepath.Join(d, n), buf)
+					r = append(r, n+" "+en(err)+" "+strings.ReplaceAll(string(buf[:max(k, 0)]), "\x00", ","))
+				}
+				return strings.Join(r, "; ")
+			})
+			// Changed on the server: the next ls -l after the
+			// attribute timeout shows it.
+			time.Sleep(20 * time.Millisecond)
+			s.do("server", semRoot, "setfacl -b f", func(d string) string {
+				out, err := exec.Command("setfacl", "-b", filepath.Join(d, "f")).CombinedOutput()
+				return en(err) + strings.TrimSpace(string(out))
+			})
+			s.do("this", semU1, "stat f (open)", func(d string) string {
+				_, _, err := semLook(filepath.Join(d, "f"), true)
+				return en(err)
+			})
+			s.lsModes("this", semU2, ".")
+		},
+		kernelWant: []string{
+			"-rw-rw----+ f",
+			"user:1002:r--",
+			"default:user:1002:rwx",
+			"setfattr user.x f: ENOTSUP",
+			"f ok system.posix_acl_access,;",
+		},
+	}, {
+		name:   "acl/setfacl",
+		export: exportDir,
+		setup:  semFiles(semFileSpec{name: "f", uid: 1001, gid: 1001, mode: 0o640, content: "for 1002\n"}),
+		steps: func(s *semRun) {
+			s.do("this", semU2, "read f", semReadOf("f"))
+			s.tool("this", semU1, "setfacl", "-m", "u:1002:r--", "f")
+			s.tool("this", semU1, "getfacl", "-c", "f")
+			s.do("this", semU1, "stat f", semStatOf("f"))
+			s.do("other", semU2, "read f", semReadOf("f"))
+			s.do("this", semU2, "read f", semReadOf("f"))
+			s.lsModes("this", semU1, ".")
+			// Not the owner: refused by the server.
+			s.tool("this", semU2, "setfacl", "-m", "u:1003:rw-", "f")
+			s.tool("this", semU3, "setfacl", "-b", "f")
+			s.tool("other", semU1, "getfacl", "-c", "f")
+			// A chmod through the mount changes the ACL's mask.
+			s.do("this", semU1, "chmod f 0600", semChmod("f", 0o600))
+			s.tool("this", semU1, "getfacl", "-c", "f")
+			s.do("other", semU2, "read f", semReadOf("f"))
+			// The ACL removed.
+			s.tool("this", semU1, "setfacl", "-b", "f")
+			s.tool("this", semU1, "getfacl", "-c", "f")
+			s.do("this", semU2, "read f", semReadOf("f"))
+			// An ACL the mode says all of: only the mode changes.
+			s.tool("this", semU1, "setfacl", "-m", "g::rw-,o::r--", "f")
+			s.do("this", semU1, "stat f", semStatOf("f"))
+			s.do("other", semU1, "stat f", semStatOf("f"))
+			s.lsModes("this", semU1, ".")
+			s.do("server", semRoot, "getfacl f", func(d string) string {
+				out, err := exec.Command("getfacl", "-cp", filepath.Join(d, "f")).CombinedOutput()
+				return en(err) + " " + strings.Join(strings.Fields(string(out)), " ")
+			})
+		},
+		kernelWant: []string{
+			"this u1002 read f: open=EACCES",
+			"other u1002 read f: open=ok read=ok",
+			"this u1002 setfacl -m u:1003:rw- f: exit status 1 setfacl: f: Operation not permitted",
+			"-rw-r-----+ f",
+			"-rw-rw-r-- f",
+		},
+	}, {
+		name:   "acl/setfacl-default",
+		export: exportDir,
+		setup: func(s *semRun) error {
+			d := filepath.Join(s.srv, "d")
+			if err := os.Mkdir(d, 0o777); err != nil {
+				return err
+			}
+			return os.Chown(d, 1001, 1001)
+		},
+		steps: func(s *semRun) {
+			create := func(name string) func(d string) string {
+				return func(d string) string {
+					if err := unix.Unshare(unix.CLONE_FS); err != nil {
+						return "unshare: " + en(err)
+					}
+					unix.Umask(0o022)
+					return semWrite(filepath.Join(d, "d", name), semCreate, 0o666, "made by 1001\n")
+				}
+			}
+			s.tool("this", semU1, "setfacl", "-d", "-m", "u::rwx,g::rwx,o::rx,u:1002:rw-", "d")
+			s.tool("this", semU1, "getfacl", "-c", "d")
+			s.do("this", semU1, "create d/f with umask 022", create("f"))
+			s.do("this", semU1, "stat d/f", semStatOf("d/f"))
+			s.tool("this", semU1, "getfacl", "-c", "d/f")
+			s.do("other", semU2, "append d/f", semWriteOf("d/f", semAppend, 0, "by 1002\n"))
+			s.do("server", semRoot, "getfacl d/f", func(d string) string {
+				out, err := exec.Command("getfacl", "-cp", filepath.Join(d, "d", "f")).CombinedOutput()
+				return en(err) + " " + strings.Join(strings.Fields(string(out)), " ")
+			})
+			s.tool("this", semU2, "setfacl", "-k", "d")
+			s.tool("this", semU1, "setfacl", "-k", "d")
+			s.tool("this", semU1, "getfacl", "-c", "d")
+			// No default ACL any more: the umask applies.
+			s.do("this", semU1, "create d/g with umask 022", create("g"))
+			s.do("this", semU1, "stat d/g", semStatOf("d/g"))
+			s.lsModes("this", semU1, "d")
+		},
+		kernelWant: []string{
+			"default:user:1002:rw-",
+			"other u1002 append d/f: open=ok write=ok close=ok",
+			"-rw-rw-r--+ f",
+			"-rw-r--r-- g",
+		},
 	}}
 }

@@ -17,13 +17,19 @@ import (
 //	GETACL3res:  nfsstat3 status; post_op_attr attr;
 //	             if status is NFS3_OK: uint32 mask; aclent access; aclent default
 //	aclent:      uint32 count; uint32 n; n × (uint32 type, uint32 id, uint32 perm)
+//	SETACL3args: nfs_fh3 fh; uint32 mask; aclent access; aclent default
+//	SETACL3res:  nfsstat3 status; post_op_attr attr
 //
 // count is how many entries the ACL has; the n entries follow only where
 // the mask asked for them (n is 0 otherwise, and never above count). A
 // default ACL's entries carry ACLDefaultFlag in their type. The owner's
 // and owning group's entries carry their ids; the mask and other entries
 // carry 0. A minimal ACL is sent with a mask entry equal to the group's
-// (four entries, not three).
+// (four entries, not three). SETACL's mask says which of its two ACLs the
+// server is to set (ACLAccess, ACLDefault); both aclents are always sent,
+// an empty one (count 0) for an ACL not set, and an empty default ACL
+// removes the directory's default ACL. The server sets the object's mode
+// from the access ACL, and drops an access ACL the mode says all of.
 const (
 	ACLProgram    = 100227
 	ACLVersion    = 3
@@ -196,6 +202,95 @@ func (c *Client) GetACL(ctx context.Context, fh FileHandle, mask ACLMask) (GetAC
 	}
 	if err := r.Err(); err != nil {
 		return GetACLResult{}, &ACLReplyError{Err: err}
+	}
+	if st != StatusOK {
+		return res, st
+	}
+	return res, nil
+}
+
+// SetACLResult is SETACL's answer: the object's attributes after the call
+// (if returned).
+type SetACLResult struct {
+	Attr *Attr
+}
+
+// decode reads SETACL3res after its status st. The attributes follow the
+// status on success; knfsd sends them on failure too, other servers may
+// not, so after a failure they are read only when present.
+func (r *SetACLResult) decode(d *sunrpc.Decoder, st Status) {
+	if st != StatusOK && d.Len() == 0 {
+		return
+	}
+	r.Attr = decodePostOpAttr(d)
+}
+
+// Append appends the result as a server sends it after the status
+// (SETACL3res without its nfsstat3).
+func (r *SetACLResult) Append(b []byte, _ Status) []byte {
+	return appendPostOpAttr(b, r.Attr)
+}
+
+// AppendSetACLArgs appends SETACL3args: fh, mask, and the access and
+// default ACLs (nil: an empty aclent). Each ACL is sent with all its
+// entries (its Count is len(Entries)); the entries' Tag is without
+// ACLDefaultFlag, which the default ACL's get here.
+func AppendSetACLArgs(b []byte, fh FileHandle, mask ACLMask, access, dflt *ACL) []byte {
+	b = appendFH(b, fh)
+	b = sunrpc.AppendUint32(b, uint32(mask))
+	for i, acl := range []*ACL{access, dflt} {
+		var a ACL
+		if acl != nil {
+			a = ACL{Count: uint32(len(acl.Entries)), Entries: acl.Entries}
+		}
+		b = appendACL(b, &a, i == 1)
+	}
+	return b
+}
+
+// DecodeSetACLArgs reads SETACL3args, for a server or a test that answers
+// SETACL: the handle, the mask and the two ACLs (their entries' Tag
+// without ACLDefaultFlag), with GETACL's limits.
+func DecodeSetACLArgs(d *sunrpc.Decoder) (fh FileHandle, mask ACLMask, access, dflt ACL, err error) {
+	fh = FileHandle(d.Opaque(FHSize))
+	mask = ACLMask(d.Uint32())
+	access = decodeACL(d)
+	dflt = decodeACL(d)
+	return fh, mask, access, dflt, d.Err()
+}
+
+// maxSetACLResults bounds a SETACL reply after the reply header.
+const maxSetACLResults = 4 + postOpAttrSize
+
+// SetACL sets fh's ACLs (NFSACL SETACL): the access ACL when mask has
+// ACLAccess, the default ACL when it has ACLDefault (an empty or nil one
+// removes it). Entries go as given: a minimal access ACL is sent with its
+// mask entry (see ACLProgram). The attributes returned are the object's
+// after the call, also with an error status when the server sent them. A
+// server without the program answers with an error NoACLProgram matches;
+// one refusing a caller who does not own the object, NFS3ERR_PERM.
+func (c *Client) SetACL(ctx context.Context, fh FileHandle, mask ACLMask, access, dflt *ACL) (SetACLResult, error) {
+	if err := checkFH(fh); err != nil {
+		return SetACLResult{}, err
+	}
+	for _, a := range []*ACL{access, dflt} {
+		if a != nil && len(a.Entries) > MaxACLEntries {
+			return SetACLResult{}, fmt.Errorf("nfs3: SETACL of %d entries: the limit is %d", len(a.Entries), MaxACLEntries)
+		}
+	}
+	b := AppendSetACLArgs(nil, fh, mask, access, dflt)
+	r, err := c.acl.Call(ctx, ACLProcSetacl, &sunrpc.Args{Head: b, MaxResults: maxSetACLResults})
+	if err != nil {
+		return SetACLResult{}, err
+	}
+	defer r.Release()
+	var res SetACLResult
+	st := Status(r.Uint32())
+	if r.Err() == nil {
+		res.decode(r.Decoder, st)
+	}
+	if err := r.Err(); err != nil {
+		return SetACLResult{}, &ACLReplyError{Err: err}
 	}
 	if st != StatusOK {
 		return res, st

@@ -16,8 +16,9 @@
 // changes. READ data and READLINK paths are offered to the transport as
 // Request.ReplyBulk and WRITE data and SYMLINK paths travel as Request.Bulk
 // (the DDP-eligible items of RFC 8267 §3), so an RDMA transport moves them
-// without copies. GetACL asks for an object's POSIX ACLs with NFSACL, the
-// Linux and Solaris servers' side protocol on the same transport (acl.go).
+// without copies. GetACL and SetACL read and set an object's POSIX ACLs
+// with NFSACL, the Linux and Solaris servers' side protocol on the same
+// transport (acl.go).
 //
 // Target and File are the path-based API, shaped like go-nfs-client's (see
 // MIGRATING.md). Paths are io/fs names ("docs/a", "." for the root); the
