@@ -368,6 +368,14 @@ func (cl *call) attempt(ctx context.Context, c *conn) (err error) {
 		return err
 	}
 	if err := cl.register(ctx); err != nil {
+		if errors.Is(err, frwr.ErrDetached) && c.isBroken() {
+			// The device went away after this call took its credit on
+			// c (while it waited for budget): connLost marked c broken
+			// before its teardown detached the registry, so the call
+			// is caught by the removal like any other, and goes on the
+			// connection through the device that comes back.
+			return errRetry
+		}
 		return err
 	}
 	// 4. Room in the send queue for the whole compound (rule 2): the binds,

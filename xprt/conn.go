@@ -446,3 +446,10 @@ func (c *conn) releaseWith(beforeEndpoint func()) {
 	}
 	c.watcher.Wait()
 }
+
+// isBroken reports whether c has been torn down (connLost).
+func (c *conn) isBroken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broken
+}
