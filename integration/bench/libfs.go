@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/nfsrdma/nfsrdma/nfs3"
+)
+
+// The library matrix's two sides. Each workload is written once, against
+// libFS, and runs on both: the library (an nfs3.Target from nfsrdma.Mount,
+// used through its path API and Files as a Go program would) and os calls
+// on the kernel's NFSv3/RDMA mount. Names are slash-separated and relative
+// to the export's root on both.
+
+// libFS is what a library-matrix workload does to files.
+type libFS interface {
+	// OpenFile opens name with os.OpenFile's flags. oDirect among them
+	// asks the kernel's side to bypass its page cache (the library has
+	// none, and ignores it).
+	OpenFile(ctx context.Context, name string, flag int, perm fs.FileMode) (libFile, error)
+	Mkdir(ctx context.Context, name string, perm fs.FileMode) error
+	Remove(ctx context.Context, name string) error
+	// ReadDir lists a directory; each entry's Info has its attributes.
+	ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error)
+	ReadFile(ctx context.Context, name string) ([]byte, error)
+	// WriteFile creates or truncates name and writes data, as
+	// os.WriteFile does.
+	WriteFile(ctx context.Context, name string, data []byte, perm fs.FileMode) error
+}
+
+// libFile is an open file of a libFS: both *os.File and *nfs3.File are one.
+type libFile interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+}
+
+// osFS is os calls on a mount point: the kernel's side.
+type osFS struct{ root string }
+
+func (o osFS) path(name string) string { return filepath.Join(o.root, filepath.FromSlash(name)) }
+
+func (o osFS) OpenFile(_ context.Context, name string, flag int, perm fs.FileMode) (libFile, error) {
+	return os.OpenFile(o.path(name), flag, perm)
+}
+func (o osFS) Mkdir(_ context.Context, name string, perm fs.FileMode) error {
+	return os.Mkdir(o.path(name), perm)
+}
+func (o osFS) Remove(_ context.Context, name string) error { return os.Remove(o.path(name)) }
+func (o osFS) ReadDir(_ context.Context, name string) ([]fs.DirEntry, error) {
+	return os.ReadDir(o.path(name))
+}
+func (o osFS) ReadFile(_ context.Context, name string) ([]byte, error) {
+	return os.ReadFile(o.path(name))
+}
+func (o osFS) WriteFile(_ context.Context, name string, data []byte, perm fs.FileMode) error {
+	return os.WriteFile(o.path(name), data, perm)
+}
+
+// targetFS is the library's side: a Target's path API and Files.
+type targetFS struct{ t *nfs3.Target }
+
+func (l targetFS) OpenFile(ctx context.Context, name string, flag int, perm fs.FileMode) (libFile, error) {
+	return l.t.OpenFileContext(ctx, path.Clean(name), flag&^oDirect, perm)
+}
+func (l targetFS) Mkdir(ctx context.Context, name string, perm fs.FileMode) error {
+	_, err := l.t.Mkdir(ctx, name, perm)
+	return err
+}
+func (l targetFS) Remove(ctx context.Context, name string) error { return l.t.Remove(ctx, name) }
+func (l targetFS) ReadDir(ctx context.Context, name string) ([]fs.DirEntry, error) {
+	return l.t.ReadDirContext(ctx, name)
+}
+func (l targetFS) ReadFile(ctx context.Context, name string) ([]byte, error) {
+	return l.t.ReadFileContext(ctx, name)
+}
+
+// WriteFile is os.WriteFile's sequence on a Target: open with O_CREATE and
+// O_TRUNC, write, close (which commits).
+func (l targetFS) WriteFile(ctx context.Context, name string, data []byte, perm fs.FileMode) error {
+	f, err := l.t.OpenFileContext(ctx, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteContext(ctx, data)
+	if err1 := f.CloseContext(ctx); err == nil {
+		err = err1
+	}
+	return err
+}
