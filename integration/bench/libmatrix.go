@@ -113,6 +113,13 @@ type LibRow struct {
 	Target float64   `json:"target"`
 	Met    bool      `json:"met"`
 	Note   string    `json:"note,omitempty"`
+	// Per is the unit of work RPCs are counted per ("I/O", "file",
+	// "entry"); RPCs are each side's (kernel's, library's) calls per
+	// unit by procedure, over all rounds, as knfsd counted them (nil: not
+	// counted), and RPCTotal their sums.
+	Per      string                `json:"per,omitempty"`
+	RPCs     [2]map[string]float64 `json:"rpcs_per_unit,omitempty"`
+	RPCTotal [2]float64            `json:"rpcs_total_per_unit,omitempty"`
 }
 
 // KernelMedian and LibraryMedian are the medians of the rounds that
@@ -204,7 +211,19 @@ type libWork struct {
 	group, name, unit string
 	cold              bool
 	note              string
-	run               func(ctx context.Context, c *libCtx) (float64, error)
+	per               string // the unit of work RPCs are counted per
+	// run does the work and returns its figure and how many units of
+	// work (per) it did.
+	run func(ctx context.Context, c *libCtx) (float64, int64, error)
+}
+
+// libSample is one side's figure of one row in one round (value 0: not
+// measured), with the units of work and the RPCs the server answered for
+// it (nil: not counted).
+type libSample struct {
+	value float64
+	units int64
+	rpcs  RPCCounts
 }
 
 // libBigDir is the directory of the listing row, made at the server.
@@ -228,9 +247,9 @@ func libWorkloads(p LibPlan) []*libWork {
 				if write {
 					note = "WriteAt from each goroutine on one open file, then Close (the library commits there)"
 				}
-				ws = append(ws, &libWork{group: LibRandIO, unit: unit, note: note,
+				ws = append(ws, &libWork{group: LibRandIO, unit: unit, note: note, per: "I/O",
 					name: fmt.Sprintf("rand-%s %s, %d goroutines", op, sizeName(bs), n),
-					run: func(ctx context.Context, c *libCtx) (float64, error) {
+					run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
 						return randIO(ctx, c.side.fs, c.side.key+"/io", int64(p.IOFileMiB)<<20, bs, n, write,
 							time.Duration(p.IOSeconds*float64(time.Second)))
 					}})
@@ -242,10 +261,10 @@ func libWorkloads(p LibPlan) []*libWork {
 		return fmt.Sprintf("%s/sf/d%02d/f%04d", c.dir(), i%p.SmallDirs, i/p.SmallDirs)
 	}
 	ws = append(ws,
-		&libWork{group: LibSmallFiles, unit: "s", name: fmt.Sprintf("create %d files of %d KiB", p.SmallFiles, p.SmallKiB),
+		&libWork{group: LibSmallFiles, unit: "s", per: "file", name: fmt.Sprintf("create %d files of %d KiB", p.SmallFiles, p.SmallKiB),
 			note: fmt.Sprintf("WriteFile each, in %d directories made first (Mkdir)", p.SmallDirs),
-			run: func(ctx context.Context, c *libCtx) (float64, error) {
-				return timedLoop(ctx, 1, func(int) error {
+			run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
+				return units(p.SmallFiles)(timedLoop(ctx, 1, func(int) error {
 					if err := c.side.fs.Mkdir(ctx, c.dir()+"/sf", 0o755); err != nil {
 						return err
 					}
@@ -260,40 +279,40 @@ func libWorkloads(p LibPlan) []*libWork {
 						}
 					}
 					return nil
-				})
+				}))
 			}},
-		&libWork{group: LibSmallFiles, unit: "s", cold: true, name: fmt.Sprintf("read all %d, cold", p.SmallFiles),
+		&libWork{group: LibSmallFiles, unit: "s", per: "file", cold: true, name: fmt.Sprintf("read all %d, cold", p.SmallFiles),
 			note: "ReadFile each, checked against what was written",
-			run: func(ctx context.Context, c *libCtx) (float64, error) {
-				return timedLoop(ctx, p.SmallFiles, func(i int) error {
+			run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
+				return units(p.SmallFiles)(timedLoop(ctx, p.SmallFiles, func(i int) error {
 					b, err := c.side.fs.ReadFile(ctx, smallName(c, i))
 					if err == nil && !bytes.Equal(b, data) {
 						err = fmt.Errorf("%s: read %d bytes that differ from the %d written", smallName(c, i), len(b), len(data))
 					}
 					return err
-				})
+				}))
 			}},
-		&libWork{group: LibSmallFiles, unit: "s", name: fmt.Sprintf("delete all %d", p.SmallFiles),
-			note: "Remove each file, then each directory",
-			run: func(ctx context.Context, c *libCtx) (float64, error) {
-				return timedLoop(ctx, 1, func(int) error {
+		&libWork{group: LibSmallFiles, unit: "s", per: "file", name: fmt.Sprintf("delete all %d", p.SmallFiles),
+			note: "Remove each file, then each directory (RmDir)",
+			run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
+				return units(p.SmallFiles)(timedLoop(ctx, 1, func(int) error {
 					for i := range p.SmallFiles {
 						if err := c.side.fs.Remove(ctx, smallName(c, i)); err != nil {
 							return err
 						}
 					}
 					for d := range p.SmallDirs {
-						if err := c.side.fs.Remove(ctx, fmt.Sprintf("%s/sf/d%02d", c.dir(), d)); err != nil {
+						if err := c.side.fs.RmDir(ctx, fmt.Sprintf("%s/sf/d%02d", c.dir(), d)); err != nil {
 							return err
 						}
 					}
-					return c.side.fs.Remove(ctx, c.dir()+"/sf")
-				})
+					return c.side.fs.RmDir(ctx, c.dir()+"/sf")
+				}))
 			}},
-		&libWork{group: LibTrees, unit: "s", cold: true, name: fmt.Sprintf("list a %d-entry directory with attributes, cold", p.BigDir),
+		&libWork{group: LibTrees, unit: "s", per: "entry", cold: true, name: fmt.Sprintf("list a %d-entry directory with attributes, cold", p.BigDir),
 			note: "ReadDir, then each entry's Info",
-			run: func(ctx context.Context, c *libCtx) (float64, error) {
-				return timedLoop(ctx, 1, func(int) error {
+			run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
+				return units(p.BigDir)(timedLoop(ctx, 1, func(int) error {
 					ents, err := c.side.fs.ReadDir(ctx, libBigDir)
 					if err != nil {
 						return err
@@ -312,33 +331,38 @@ func libWorkloads(p LibPlan) []*libWork {
 						return fmt.Errorf("listed %d empty files, want %d", n, p.BigDir)
 					}
 					return nil
-				})
+				}))
 			}},
-		&libWork{group: LibTrees, unit: "s", name: fmt.Sprintf("copy a source tree in (%d files, 1-64 KiB)", p.TreeFiles),
+		&libWork{group: LibTrees, unit: "s", per: "file", name: fmt.Sprintf("copy a source tree in (%d files, 1-64 KiB)", p.TreeFiles),
 			note: "walk the local tree: Mkdir each directory, WriteFile each file",
-			run: func(ctx context.Context, c *libCtx) (float64, error) {
-				return timedLoop(ctx, 1, func(int) error {
+			run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
+				return units(p.TreeFiles)(timedLoop(ctx, 1, func(int) error {
 					return copyTreeIn(ctx, filepath.Join(c.local, "tree"), c.side.fs, c.dir()+"/tree")
-				})
+				}))
 			}},
-		&libWork{group: LibTrees, unit: "s", cold: true, name: "copy the tree back out, cold",
+		&libWork{group: LibTrees, unit: "s", per: "file", cold: true, name: "copy the tree back out, cold",
 			note: "ReadDir each directory, ReadFile each file; then compared with the source (unmeasured)",
-			run: func(ctx context.Context, c *libCtx) (float64, error) {
+			run: func(ctx context.Context, c *libCtx) (float64, int64, error) {
 				out := filepath.Join(c.local, fmt.Sprintf("out-%s-%d", c.side.key, c.round))
 				defer os.RemoveAll(out)
 				el, err := timedLoop(ctx, 1, func(int) error {
 					return copyTreeOut(ctx, c.side.fs, c.dir()+"/tree", out)
 				})
 				if err != nil {
-					return 0, err
+					return 0, 0, err
 				}
 				if err := sameTree(filepath.Join(c.local, "tree"), out); err != nil {
-					return 0, fmt.Errorf("the tree came back different: %w", err)
+					return 0, 0, fmt.Errorf("the tree came back different: %w", err)
 				}
-				return el, nil
+				return el, int64(p.TreeFiles), nil
 			}},
 	)
 	return ws
+}
+
+// units adds n units of work to a timed loop's result.
+func units(n int) func(float64, error) (float64, int64, error) {
+	return func(el float64, err error) (float64, int64, error) { return el, int64(n), err }
 }
 
 // smallFileData is the content of every small file.
@@ -361,15 +385,16 @@ func alignedBuf(n int) []byte {
 
 // randIO opens name and does random, aligned I/Os of bs bytes within its
 // first size bytes from n goroutines for dur, and returns IOPS (bs of 4
-// KiB) or MiB/s. A write run ends with the file's Close, inside the time.
-func randIO(ctx context.Context, lfs libFS, name string, size int64, bs, n int, write bool, dur time.Duration) (float64, error) {
+// KiB) or MiB/s, and the I/Os done. A write run ends with the file's
+// Close, inside the time.
+func randIO(ctx context.Context, lfs libFS, name string, size int64, bs, n int, write bool, dur time.Duration) (float64, int64, error) {
 	flag := os.O_RDONLY | oDirect
 	if write {
 		flag = os.O_RDWR | oDirect
 	}
 	f, err := lfs.OpenFile(ctx, name, flag, 0)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	closed := false
 	defer func() {
@@ -379,7 +404,7 @@ func randIO(ctx context.Context, lfs libFS, name string, size int64, bs, n int, 
 	}()
 	blocks := size / int64(bs)
 	if blocks < 1 {
-		return 0, fmt.Errorf("%s: %d bytes hold no %d-byte block", name, size, bs)
+		return 0, 0, fmt.Errorf("%s: %d bytes hold no %d-byte block", name, size, bs)
 	}
 	var ops atomic.Int64
 	var wg sync.WaitGroup
@@ -413,22 +438,22 @@ func randIO(ctx context.Context, lfs libFS, name string, size int64, bs, n int, 
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if write {
 		closed = true
 		if err := f.Close(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	el := time.Since(t0).Seconds()
 	if bs <= 4<<10 {
-		return float64(ops.Load()) / el, nil
+		return float64(ops.Load()) / el, ops.Load(), nil
 	}
-	return float64(ops.Load()) * float64(bs) / (1 << 20) / el, nil
+	return float64(ops.Load()) * float64(bs) / (1 << 20) / el, ops.Load(), nil
 }
 
 // copyTreeIn copies the local tree src to dst on lfs: a directory made
@@ -621,7 +646,7 @@ func (g *Guest) LibMatrix(ctx context.Context, p LibPlan, checkpoint func()) {
 	lib := &libSide{name: "library", key: "lm-lib", fs: targetFS{t: t},
 		cold: func(context.Context) error { return dropCaches() }}
 
-	libRounds(ctx, p, ws, kern, lib, local, g.logf, g.fail, func(vals [][2][]float64) {
+	libRounds(ctx, p, ws, kern, lib, local, nfsdCounts, g.logf, g.fail, func(vals [][2][]libSample) {
 		g.Report.LibMatrix = libMatrixOf(ws, vals)
 		if checkpoint != nil {
 			checkpoint()
@@ -668,13 +693,15 @@ func removeLibInputs(exp string) {
 
 // libRounds runs ws on both sides in p.Rounds paired rounds (which side
 // goes first alternates), each row on one side right after the other, and
-// calls each with the figures after every round: per row, the kernel's
-// and the library's per round (0: failed, reported to fail).
-func libRounds(ctx context.Context, p LibPlan, ws []*libWork, kern, lib *libSide, local string,
-	logf func(string, ...any), fail func(string, error), each func([][2][]float64)) {
-	vals := make([][2][]float64, len(ws))
+// calls each with the samples after every round: per row, the kernel's
+// and the library's per round (a failure is reported to fail and leaves
+// a zero sample). counts, when set, reads the server's RPC counters
+// before and after each run.
+func libRounds(ctx context.Context, p LibPlan, ws []*libWork, kern, lib *libSide, local string, counts func() (RPCCounts, error),
+	logf func(string, ...any), fail func(string, error), each func([][2][]libSample)) {
+	vals := make([][2][]libSample, len(ws))
 	for i := range vals {
-		vals[i] = [2][]float64{make([]float64, p.Rounds), make([]float64, p.Rounds)}
+		vals[i] = [2][]libSample{make([]libSample, p.Rounds), make([]libSample, p.Rounds)}
 	}
 	for round := range p.Rounds {
 		order := []*libSide{kern, lib}
@@ -684,12 +711,12 @@ func libRounds(ctx context.Context, p LibPlan, ws []*libWork, kern, lib *libSide
 		logf("library matrix round %d of %d (%s first)", round+1, p.Rounds, order[0].name)
 		for i, w := range ws {
 			for _, s := range order {
-				v, err := runLib(ctx, p, round, local, w, s)
+				v, err := runLib(ctx, p, round, local, w, s, counts)
 				if err != nil {
 					fail(fmt.Sprintf("library matrix round %d %s %s on %s", round+1, w.group, w.name, s.name), err)
 					continue
 				}
-				logf("  %-18s %-52s %10.2f %s", s.name, w.name, v, w.unit)
+				logf("  %-18s %-52s %10.2f %s  %s", s.name, w.name, v.value, w.unit, fmtSampleRPCs(v))
 				side := 0 // the kernel's
 				if s == lib {
 					side = 1
@@ -701,30 +728,95 @@ func libRounds(ctx context.Context, p LibPlan, ws []*libWork, kern, lib *libSide
 	}
 }
 
-// libMatrixOf builds the report's library matrix from the figures.
-func libMatrixOf(ws []*libWork, vals [][2][]float64) *LibMatrix {
+// libMatrixOf builds the report's library matrix from the samples.
+func libMatrixOf(ws []*libWork, vals [][2][]libSample) *LibMatrix {
 	m := &LibMatrix{}
 	for i, w := range ws {
-		m.Rows = append(m.Rows, newLibRow(w.group, w.name, w.unit, w.note, vals[i][0], vals[i][1]))
+		var fig [2][]float64
+		for side := range 2 {
+			for _, s := range vals[i][side] {
+				fig[side] = append(fig[side], s.value)
+			}
+		}
+		x := newLibRow(w.group, w.name, w.unit, w.note, fig[0], fig[1])
+		x.Per = w.per
+		for side := range 2 {
+			x.RPCs[side], x.RPCTotal[side] = rpcsPerUnit(vals[i][side])
+		}
+		m.Rows = append(m.Rows, x)
 	}
 	m.summarize()
 	return m
 }
 
-// runLib runs one row on one side, within p.StepTimeout.
-func runLib(ctx context.Context, p LibPlan, round int, local string, w *libWork, s *libSide) (float64, error) {
+// rpcsPerUnit is the calls per unit of work by procedure, and in all, over
+// the samples that counted them (nil when none did).
+func rpcsPerUnit(ss []libSample) (map[string]float64, float64) {
+	sum := map[string]uint64{}
+	var units int64
+	for _, s := range ss {
+		if s.value <= 0 || s.rpcs == nil || s.units <= 0 {
+			continue
+		}
+		for op, n := range s.rpcs {
+			sum[op] += n.Calls
+		}
+		units += s.units
+	}
+	if units == 0 {
+		return nil, 0
+	}
+	per := map[string]float64{}
+	var total float64
+	for op, n := range sum {
+		per[op] = float64(n) / float64(units)
+		total += per[op]
+	}
+	return per, total
+}
+
+// fmtSampleRPCs is a sample's RPCs per unit, for the log.
+func fmtSampleRPCs(s libSample) string {
+	per, total := rpcsPerUnit([]libSample{s})
+	if per == nil {
+		return ""
+	}
+	return fmtRPCsPerUnit(per, total)
+}
+
+// runLib runs one row on one side, within p.StepTimeout; counts, when
+// set, reads the server's RPC counters before and after.
+func runLib(ctx context.Context, p LibPlan, round int, local string, w *libWork, s *libSide, counts func() (RPCCounts, error)) (libSample, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.StepTimeout)
 	defer cancel()
 	if w.cold {
 		if err := s.cold(ctx); err != nil {
-			return 0, fmt.Errorf("making it cold: %w", err)
+			return libSample{}, fmt.Errorf("making it cold: %w", err)
 		}
 	}
-	v, err := w.run(ctx, &libCtx{p: p, side: s, round: round, local: local})
+	var before RPCCounts
+	if counts != nil {
+		var err error
+		if before, err = counts(); err != nil {
+			return libSample{}, fmt.Errorf("the server's RPC counters: %w", err)
+		}
+	}
+	v, n, err := w.run(ctx, &libCtx{p: p, side: s, round: round, local: local})
 	if err == nil && v <= 0 {
 		err = fmt.Errorf("no figure (%v)", v)
 	}
-	return v, err
+	if err != nil {
+		return libSample{}, err
+	}
+	smp := libSample{value: v, units: n}
+	if counts != nil {
+		after, err := counts()
+		if err != nil {
+			return libSample{}, fmt.Errorf("the server's RPC counters: %w", err)
+		}
+		smp.rpcs = after.Sub(before)
+	}
+	return smp, nil
 }
 
 var _ libFile = (*nfs3.File)(nil)

@@ -71,10 +71,11 @@ func TestLibMatrixSummarize(t *testing.T) {
 func TestWriteLibMatrix(t *testing.T) {
 	m := libMatrixOf([]*libWork{
 		{group: LibRandIO, name: "rand-read 4KiB, 1 goroutines", unit: "IOPS"},
-		{group: LibSmallFiles, name: "create 2000 files of 4 KiB", unit: "s"},
-	}, [][2][]float64{
-		{{1000, 1100}, {1500, 1650}},
-		{{2, 2}, {4, 4}},
+		{group: LibSmallFiles, name: "create 2000 files of 4 KiB", unit: "s", per: "file"},
+	}, [][2][]libSample{
+		{{{value: 1000}, {value: 1100}}, {{value: 1500}, {value: 1650}}},
+		{{{value: 2, units: 10, rpcs: RPCCounts{"CREATE": {Calls: 10}, "WRITE": {Calls: 10}}}, {value: 2, units: 10, rpcs: RPCCounts{"CREATE": {Calls: 10}, "WRITE": {Calls: 10}}}},
+			{{value: 4, units: 10, rpcs: RPCCounts{"LOOKUP": {Calls: 80}, "CREATE": {Calls: 10}}}, {value: 4}}},
 	})
 	var b bytes.Buffer
 	(&Report{LibMatrix: m}).WriteLibMatrix(&b)
@@ -84,7 +85,8 @@ func TestWriteLibMatrix(t *testing.T) {
 		"### Library: random I/O",
 		"### Library: small files",
 		"| rand-read 4KiB, 1 goroutines | IOPS | 1050 | 1575 | 1.50x | 1.50-1.50 | >= 1.0x | yes |",
-		"| create 2000 files of 4 KiB | s | 2.00 | 4.00 | 0.50x | 0.50-0.50 | >= 1.0x | **no** |",
+		"| create 2000 files of 4 KiB | s | 2.00 | 4.00 | 0.50x | 0.50-0.50 | >= 1.0x | **no** | 2.00: CREATE 1.00, WRITE 1.00 per file | 9.00: LOOKUP 8.00, CREATE 1.00 per file |",
+		"| 1.50x | 1.50-1.50 | >= 1.0x | yes | - | - |",
 		"no row below 1.0x (**not met**: 1 below, create 2000 files of 4 KiB 0.50x)",
 		"geometric mean of the 2 ratios **0.87x**, at least 1.2x (**not met**)",
 		"| create 2000 files of 4 KiB | 2.00 2.00 | 4.00 4.00 |",
@@ -127,9 +129,12 @@ func TestLibRounds(t *testing.T) {
 	var fails []string
 	rounds := 0
 	var m *LibMatrix
-	libRounds(ctx, p, ws, kern, lib, local, t.Logf, func(what string, err error) {
+	// A counter of its own in place of knfsd's: one call per read.
+	calls := uint64(0)
+	counts := func() (RPCCounts, error) { calls++; return RPCCounts{"NULL": {Calls: calls}}, nil }
+	libRounds(ctx, p, ws, kern, lib, local, counts, t.Logf, func(what string, err error) {
 		fails = append(fails, fmt.Sprintf("%s: %v", what, err))
-	}, func(vals [][2][]float64) { rounds++; m = libMatrixOf(ws, vals) })
+	}, func(vals [][2][]libSample) { rounds++; m = libMatrixOf(ws, vals) })
 	if len(fails) > 0 {
 		t.Fatalf("failures:\n%s", strings.Join(fails, "\n"))
 	}
@@ -146,6 +151,12 @@ func TestLibRounds(t *testing.T) {
 		if x.Ratio <= 0 || len(x.Rounds) != p.Rounds {
 			t.Errorf("row %s: ratio %v over %d rounds", x.Name, x.Ratio, len(x.Rounds))
 		}
+		// Each run counted one call between its two readings.
+		for side := range 2 {
+			if x.RPCs[side]["NULL"] <= 0 || x.RPCTotal[side] != x.RPCs[side]["NULL"] || x.Per == "" {
+				t.Errorf("row %s side %d: RPCs %v total %v per %q", x.Name, side, x.RPCs[side], x.RPCTotal[side], x.Per)
+			}
+		}
 	}
 	// The delete rows removed what the create rows made; the copies in
 	// are there.
@@ -155,6 +166,24 @@ func TestLibRounds(t *testing.T) {
 		}
 		if err := sameTree(filepath.Join(local, "tree"), filepath.Join(exp, k, "r1", "tree")); err != nil {
 			t.Errorf("%s: the tree copied in: %v", k, err)
+		}
+	}
+}
+
+func TestParseNFSDProc3(t *testing.T) {
+	text := "rc 0 10 20\nproc3 22 1 2 0 5 0 0 7 8 0 0 0 0 0 0 0 0 0 3 0 1 0 4\nproc4 2 0 0\n"
+	c, err := ParseNFSDProc3(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := RPCCounts{"NULL": {Calls: 1}, "GETATTR": {Calls: 2}, "LOOKUP": {Calls: 5}, "READ": {Calls: 7}, "WRITE": {Calls: 8},
+		"READDIRPLUS": {Calls: 3}, "FSINFO": {Calls: 1}, "COMMIT": {Calls: 4}}
+	if fmt.Sprint(c) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", c, want)
+	}
+	for _, bad := range []string{"rc 0\n", "proc3 22 1 2 3\n", "proc3 2 1 x\n"} {
+		if _, err := ParseNFSDProc3(bad); err == nil {
+			t.Errorf("%q: no error", bad)
 		}
 	}
 }

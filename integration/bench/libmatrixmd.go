@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -24,7 +26,9 @@ func writeLibMatrix(w io.Writer, m *LibMatrix) {
 	fmt.Fprintln(w, "random I/O opens the kernel's file with O_DIRECT (the page cache would answer repeated reads and absorb the")
 	fmt.Fprintln(w, "writes); a cold row gets a fresh kernel mount and dropped caches (the library keeps none). Ratio: above 1")
 	fmt.Fprintln(w, "means the library is better (throughput library/kernel, or time kernel/library), the median of the per-round")
-	fmt.Fprintln(w, "ratios; spread: their min-max; figures: medians of the rounds.")
+	fmt.Fprintln(w, "ratios; spread: their min-max; figures: medians of the rounds. RPCs: per unit of work (I/O, file, entry), each")
+	fmt.Fprintln(w, "side's, over all rounds, as knfsd counted them (/proc/net/rpc/nfsd; one side runs at a time): the total, then")
+	fmt.Fprintln(w, "the four most frequent procedures.")
 	fmt.Fprintln(w)
 	rowT, geoT := m.RowTarget, m.GeoTarget
 	if rowT == 0 {
@@ -66,8 +70,8 @@ func writeLibMatrix(w io.Writer, m *LibMatrix) {
 	}
 	for _, g := range groups {
 		fmt.Fprintf(w, "### Library: %s\n\n", g)
-		fmt.Fprintln(w, "| work | unit | kernel mount (os) | library | ratio | spread | target | met | how |")
-		fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---|---|")
+		fmt.Fprintln(w, "| work | unit | kernel mount (os) | library | ratio | spread | target | met | RPCs, kernel mount | RPCs, library | how |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---:|---|---|---|---|")
 		for _, x := range m.Rows {
 			if x.Group != g {
 				continue
@@ -81,8 +85,15 @@ func writeLibMatrix(w io.Writer, m *LibMatrix) {
 					met = "**no**"
 				}
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | >= %.1fx | %s | %s |\n", x.Name, x.Unit,
-				fmtFigure(x.KernelMedian()), fmtFigure(x.LibraryMedian()), ratio, spread, x.Target, met, x.Note)
+			var rpcs [2]string
+			for side := range 2 {
+				rpcs[side] = "-"
+				if x.RPCs[side] != nil {
+					rpcs[side] = fmtRPCsPerUnit(x.RPCs[side], x.RPCTotal[side]) + " per " + x.Per
+				}
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | >= %.1fx | %s | %s | %s | %s |\n", x.Name, x.Unit,
+				fmtFigure(x.KernelMedian()), fmtFigure(x.LibraryMedian()), ratio, spread, x.Target, met, rpcs[0], rpcs[1], x.Note)
 		}
 		fmt.Fprintln(w)
 	}
@@ -96,4 +107,21 @@ func writeLibMatrix(w io.Writer, m *LibMatrix) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// fmtRPCsPerUnit is "total: OP n, OP n..." with the four most frequent
+// procedures.
+func fmtRPCsPerUnit(per map[string]float64, total float64) string {
+	ops := slices.Collect(maps.Keys(per))
+	slices.SortFunc(ops, func(a, b string) int {
+		if per[a] != per[b] {
+			return cmp.Compare(per[b], per[a])
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, op := range ops[:min(len(ops), 4)] {
+		parts = append(parts, fmt.Sprintf("%s %s", op, fmtRate(per[op])))
+	}
+	return fmt.Sprintf("%s: %s", fmtRate(total), strings.Join(parts, ", "))
 }
