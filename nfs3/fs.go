@@ -122,8 +122,11 @@ func (t *Target) ReadFileContext(ctx context.Context, p string) ([]byte, error) 
 	if f.attr.Type == TypeDir {
 		return nil, pathErr("read", p, ErrIsDir)
 	}
+	// One byte more than the size: a READ that returns short with the end
+	// of file ends the loop, where one of exactly the size would be
+	// followed by another to learn that the file ends there.
 	size := int64(f.attr.Size)
-	buf := make([]byte, max(size, 512))
+	buf := make([]byte, max(size+1, 512))
 	n := 0
 	for {
 		if n == len(buf) {

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/integration/bench"
@@ -54,10 +55,23 @@ func main() {
 	quick := flag.Bool("quick", false, "with -matrix: one round of smaller sizes (-rounds is ignored), for development")
 	only := flag.String("only", "", "with -matrix or -libmatrix: only the workloads whose \"group/name\" this regular expression matches")
 	libmatrix := flag.Bool("libmatrix", false, "run the library matrix: a Go program with the library against the same with os on the kernel's mount (after -matrix, before -full)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), e.g. of -libmatrix with -only")
 	flag.Parse()
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "benchguest runs inside the test-bed guest: use 'testbed bench-baseline' or 'testbed bench'")
 		os.Exit(2)
+	}
+	stopProfile := func() {}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "-cpuprofile:", err)
+			os.Exit(2)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
 	}
 	ctx := context.Background()
 	r := &bench.Report{When: time.Now().UTC(), Kernel: bench.KernelVersion()}
@@ -142,6 +156,7 @@ func main() {
 		g.Perftest(ctx)
 		g.KernelNFS(ctx)
 	}
+	stopProfile()
 	if err := r.WriteJSON(*out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
