@@ -197,9 +197,11 @@ func (t *Target) openFile(ctx context.Context, p string, flag int, perm fs.FileM
 	if flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL {
 		fh, attr, err = t.createExclusive(ctx, p, perm)
 	} else {
-		fh, attr, err = t.walk(ctx, p)
-		if errors.Is(err, fs.ErrNotExist) && flag&os.O_CREATE != 0 {
-			fh, attr, err = t.createUnchecked(ctx, p, perm, flag&os.O_TRUNC != 0)
+		var dir FileHandle
+		var name string
+		fh, attr, dir, name, err = t.walkCreate(ctx, p)
+		if errors.Is(err, fs.ErrNotExist) && flag&os.O_CREATE != 0 && dir != nil {
+			fh, attr, err = t.createUncheckedIn(ctx, dir, name, perm, flag&os.O_TRUNC != 0)
 		} else if err == nil && flag&os.O_TRUNC != 0 && acc != os.O_RDONLY {
 			err = t.truncateOpen(ctx, fh, attr)
 			attr = nil
@@ -241,11 +243,31 @@ func (t *Target) truncateOpen(ctx context.Context, fh FileHandle, attr *Attr) er
 	return err
 }
 
-func (t *Target) createUnchecked(ctx context.Context, p string, perm fs.FileMode, trunc bool) (FileHandle, *Attr, error) {
-	dir, name, err := t.walkParent(ctx, p)
-	if err != nil {
-		return nil, nil, err
+// walkCreate is walk for an open that may create p: when only p's last
+// component is missing, it returns the error with p's directory and that
+// name, so that the create need not walk the path again.
+func (t *Target) walkCreate(ctx context.Context, p string) (fh FileHandle, attr *Attr, dir FileHandle, name string, err error) {
+	fh = t.root
+	cs := components(p)
+	if err := checkNames(cs); err != nil {
+		return nil, nil, nil, "", err
 	}
+	for i, c := range cs {
+		r, err := t.c.Lookup(ctx, fh, c)
+		if err != nil {
+			if i == len(cs)-1 {
+				return nil, nil, fh, c, err
+			}
+			return nil, nil, nil, "", err
+		}
+		fh, attr = r.FH, r.Attr
+	}
+	return fh, attr, nil, "", nil
+}
+
+// createUncheckedIn creates name in directory dir for an open with
+// O_CREATE (CREATE UNCHECKED, which opens a file created meanwhile).
+func (t *Target) createUncheckedIn(ctx context.Context, dir FileHandle, name string, perm fs.FileMode, trunc bool) (FileHandle, *Attr, error) {
 	sa := SetAttr{Mode: new(modeBits(perm))}
 	if trunc {
 		// Applies only if the file appeared meanwhile (an UNCHECKED create
