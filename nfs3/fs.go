@@ -143,6 +143,41 @@ func (t *Target) ReadFileContext(ctx context.Context, p string) ([]byte, error) 
 	}
 }
 
+// WriteFile writes data to file p, creating it with permissions perm (before
+// the umask the server applies, if any) or truncating it, as os.WriteFile
+// does. Data that fits in one WRITE goes as one FILE_SYNC WRITE, durable when
+// it returns with no COMMIT after it; more goes as WriteAt sends it
+// (pipelined UNSTABLE WRITEs, then a COMMIT).
+func (t *Target) WriteFile(ctx context.Context, p string, data []byte, perm fs.FileMode) error {
+	f, err := t.openFile(ctx, p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if f.attr.Type != TypeReg {
+		return pathErr("write", p, ErrInval)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	_, wsize, err := t.c.IOSizes(ctx, f.fh)
+	if err != nil {
+		return pathErr("write", p, err)
+	}
+	if len(data) <= int(wsize) {
+		res, err := t.c.writeAll(ctx, f.fh, data, 0, FileSync, int(wsize))
+		if err != nil {
+			return pathErr("write", p, err)
+		}
+		if !res.unstable {
+			return nil
+		}
+		// The server kept it UNSTABLE all the same: write it as WriteAt
+		// does, which commits it.
+	}
+	_, err = t.c.WriteAt(ctx, f.fh, data, 0)
+	return pathErr("write", p, err)
+}
+
 // OpenContext opens existing file or directory p for reading, as os.Open
 // does (the path API's Open before Target became an fs.FS).
 func (t *Target) OpenContext(ctx context.Context, p string) (*File, error) {

@@ -109,3 +109,52 @@ func TestReadFileOneRead(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFile checks Target.WriteFile: a new file, an existing one
+// truncated, and data larger than one WRITE; a small file costs one
+// FILE_SYNC WRITE and no COMMIT.
+func TestWriteFile(t *testing.T) {
+	var c procCounter
+	n := newRDMA(t, rdmaOpts{wrap: c.wrap})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tgt := nfs3.NewTarget(n.c, n.root, 0)
+	if err := n.fs.MkdirAll("d1", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), (rdmaIO+rdmaIO/2)/16)
+	for _, w := range []struct {
+		data                  string
+		creates, writes, cmts int64
+	}{
+		{"a longer first content", 1, 1, 0},
+		{"short", 0, 1, 0}, // the file exists: truncated (SETATTR), not created
+		// Two WRITEs of WriteAt; go-nfs answers every WRITE FILE_SYNC,
+		// so there is nothing to COMMIT.
+		{string(big), 0, 2, 0},
+		{"", 0, 0, 0},
+	} {
+		c.reset()
+		if err := tgt.WriteFile(ctx, "d1/f", []byte(w.data), 0o600); err != nil {
+			t.Fatalf("WriteFile of %d bytes: %v", len(w.data), err)
+		}
+		got := [3]int64{c.n[nfs3.ProcCreate].Load(), c.n[nfs3.ProcWrite].Load(), c.n[nfs3.ProcCommit].Load()}
+		if want := [3]int64{w.creates, w.writes, w.cmts}; got != want {
+			t.Errorf("WriteFile of %d bytes: CREATE, WRITE, COMMIT %v, want %v", len(w.data), got, want)
+		}
+		b, err := tgt.ReadFileContext(ctx, "d1/f")
+		if err != nil || string(b) != w.data {
+			t.Errorf("read back %d bytes (%v), want the %d written", len(b), err, len(w.data))
+		}
+	}
+	fi, err := tgt.StatContext(ctx, "d1/f")
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("stat: %v, %v: want mode 0600", fi, err)
+	}
+	if err := tgt.WriteFile(ctx, "d1", []byte("x"), 0o600); err == nil {
+		t.Errorf("WriteFile of a directory: no error")
+	}
+	if err := tgt.WriteFile(ctx, "nodir/f", []byte("x"), 0o600); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("WriteFile under a missing directory: %v, want fs.ErrNotExist", err)
+	}
+}

@@ -87,18 +87,9 @@ func (l targetFS) ReadFile(ctx context.Context, name string) ([]byte, error) {
 	return l.t.ReadFileContext(ctx, name)
 }
 
-// WriteFile is os.WriteFile's sequence on a Target: open with O_CREATE and
-// O_TRUNC, write, close (which commits).
+// WriteFile is Target.WriteFile, the library's os.WriteFile.
 func (l targetFS) WriteFile(ctx context.Context, name string, data []byte, perm fs.FileMode) error {
-	f, err := l.t.OpenFileContext(ctx, name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteContext(ctx, data)
-	if err1 := f.CloseContext(ctx); err == nil {
-		err = err1
-	}
-	return err
+	return l.t.WriteFile(ctx, name, data, perm)
 }
 
 // nfsdProcs are the NFSv3 procedures in the order of the "proc3" line of
