@@ -122,8 +122,11 @@ func (t *Target) ReadFileContext(ctx context.Context, p string) ([]byte, error) 
 	if f.attr.Type == TypeDir {
 		return nil, pathErr("read", p, ErrIsDir)
 	}
+	// One byte more than the size: a READ that returns short with the end
+	// of file ends the loop, where one of exactly the size would be
+	// followed by another to learn that the file ends there.
 	size := int64(f.attr.Size)
-	buf := make([]byte, max(size, 512))
+	buf := make([]byte, max(size+1, 512))
 	n := 0
 	for {
 		if n == len(buf) {
@@ -138,6 +141,41 @@ func (t *Target) ReadFileContext(ctx context.Context, p string) ([]byte, error) 
 			return nil, err
 		}
 	}
+}
+
+// WriteFile writes data to file p, creating it with permissions perm (before
+// the umask the server applies, if any) or truncating it, as os.WriteFile
+// does. Data that fits in one WRITE goes as one FILE_SYNC WRITE, durable when
+// it returns with no COMMIT after it; more goes as WriteAt sends it
+// (pipelined UNSTABLE WRITEs, then a COMMIT).
+func (t *Target) WriteFile(ctx context.Context, p string, data []byte, perm fs.FileMode) error {
+	f, err := t.openFile(ctx, p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	if f.attr.Type != TypeReg {
+		return pathErr("write", p, ErrInval)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	_, wsize, err := t.c.IOSizes(ctx, f.fh)
+	if err != nil {
+		return pathErr("write", p, err)
+	}
+	if len(data) <= int(wsize) {
+		res, err := t.c.writeAll(ctx, f.fh, data, 0, FileSync, int(wsize))
+		if err != nil {
+			return pathErr("write", p, err)
+		}
+		if !res.unstable {
+			return nil
+		}
+		// The server kept it UNSTABLE all the same: write it as WriteAt
+		// does, which commits it.
+	}
+	_, err = t.c.WriteAt(ctx, f.fh, data, 0)
+	return pathErr("write", p, err)
 }
 
 // OpenContext opens existing file or directory p for reading, as os.Open
@@ -194,9 +232,11 @@ func (t *Target) openFile(ctx context.Context, p string, flag int, perm fs.FileM
 	if flag&(os.O_CREATE|os.O_EXCL) == os.O_CREATE|os.O_EXCL {
 		fh, attr, err = t.createExclusive(ctx, p, perm)
 	} else {
-		fh, attr, err = t.walk(ctx, p)
-		if errors.Is(err, fs.ErrNotExist) && flag&os.O_CREATE != 0 {
-			fh, attr, err = t.createUnchecked(ctx, p, perm, flag&os.O_TRUNC != 0)
+		var dir FileHandle
+		var name string
+		fh, attr, dir, name, err = t.walkCreate(ctx, p)
+		if errors.Is(err, fs.ErrNotExist) && flag&os.O_CREATE != 0 && dir != nil {
+			fh, attr, err = t.createUncheckedIn(ctx, dir, name, perm, flag&os.O_TRUNC != 0)
 		} else if err == nil && flag&os.O_TRUNC != 0 && acc != os.O_RDONLY {
 			err = t.truncateOpen(ctx, fh, attr)
 			attr = nil
@@ -238,11 +278,31 @@ func (t *Target) truncateOpen(ctx context.Context, fh FileHandle, attr *Attr) er
 	return err
 }
 
-func (t *Target) createUnchecked(ctx context.Context, p string, perm fs.FileMode, trunc bool) (FileHandle, *Attr, error) {
-	dir, name, err := t.walkParent(ctx, p)
-	if err != nil {
-		return nil, nil, err
+// walkCreate is walk for an open that may create p: when only p's last
+// component is missing, it returns the error with p's directory and that
+// name, so that the create need not walk the path again.
+func (t *Target) walkCreate(ctx context.Context, p string) (fh FileHandle, attr *Attr, dir FileHandle, name string, err error) {
+	fh = t.root
+	cs := components(p)
+	if err := checkNames(cs); err != nil {
+		return nil, nil, nil, "", err
 	}
+	for i, c := range cs {
+		r, err := t.c.Lookup(ctx, fh, c)
+		if err != nil {
+			if i == len(cs)-1 {
+				return nil, nil, fh, c, err
+			}
+			return nil, nil, nil, "", err
+		}
+		fh, attr = r.FH, r.Attr
+	}
+	return fh, attr, nil, "", nil
+}
+
+// createUncheckedIn creates name in directory dir for an open with
+// O_CREATE (CREATE UNCHECKED, which opens a file created meanwhile).
+func (t *Target) createUncheckedIn(ctx context.Context, dir FileHandle, name string, perm fs.FileMode, trunc bool) (FileHandle, *Attr, error) {
 	sa := SetAttr{Mode: new(modeBits(perm))}
 	if trunc {
 		// Applies only if the file appeared meanwhile (an UNCHECKED create

@@ -71,9 +71,13 @@ type Report struct {
 	// Matrix is the workload matrix: the kernel's mount against
 	// nfsrdma-mount (Guest.Matrix).
 	Matrix []MatrixRow `json:"matrix,omitempty"`
-	Ratios []Ratio     `json:"ratios,omitempty"`
-	Notes  []string    `json:"notes,omitempty"` // context for the figures (transport counters, settings)
-	Errors []string    `json:"errors,omitempty"`
+	// LibMatrix is the library matrix: a Go program's work with the
+	// library against the same with os on the kernel's mount
+	// (Guest.LibMatrix).
+	LibMatrix *LibMatrix `json:"library_matrix,omitempty"`
+	Ratios    []Ratio    `json:"ratios,omitempty"`
+	Notes     []string   `json:"notes,omitempty"` // context for the figures (transport counters, settings)
+	Errors    []string   `json:"errors,omitempty"`
 }
 
 // Add records a figure.
@@ -185,9 +189,12 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "%s, 2 vCPUs, rxe0 on dummy0 (MTU 9000): compare only figures from the same run.\n", accel)
 	fmt.Fprintln(w)
 	h := "##" // the level of the measures' and ratios' headings
-	if len(r.Matrix) > 0 {
+	if len(r.Matrix) > 0 || r.LibMatrix != nil {
 		h = "###"
-		writeMatrix(w, r.Matrix)
+		if len(r.Matrix) > 0 {
+			writeMatrix(w, r.Matrix)
+		}
+		r.WriteLibMatrix(w)
 		if len(r.Measures) > 0 {
 			fmt.Fprintf(w, "## The library and the transport beside their references\n\n")
 		}

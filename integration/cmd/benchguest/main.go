@@ -12,7 +12,9 @@
 // client); each ratio is the median of the rounds' own ratios. -full alone
 // runs the kernel baseline first and fio through -nfsrdma-mount in its
 // rounds; with -matrix it runs neither (the matrix covers both).
-// -fuse-only runs just the fio pairs of the kernel client and
+// With -libmatrix (after the matrix) it runs the library matrix: the same
+// Go code with the library and with os on the kernel's mount, in -rounds
+// paired rounds. -fuse-only runs just the fio pairs of the kernel client and
 // nfsrdma-mount. The matrix also runs each workload on its FUSE floor, a
 // go-fuse loopback of the export's directory that this program serves
 // when started as "benchguest -fuse-floor DIR MOUNTPOINT".
@@ -24,6 +26,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"runtime/pprof"
 	"time"
 
 	"github.com/nfsrdma/nfsrdma/integration/bench"
@@ -50,11 +53,25 @@ func main() {
 	fuseOnly := flag.Bool("fuse-only", false, "measure only fio through nfsrdma-mount beside the kernel client (paired rounds, ratios)")
 	matrix := flag.Bool("matrix", false, "run the workload matrix: the kernel's mount against -nfsrdma-mount")
 	quick := flag.Bool("quick", false, "with -matrix: one round of smaller sizes (-rounds is ignored), for development")
-	only := flag.String("only", "", "with -matrix: only the workloads whose \"group/name\" this regular expression matches")
+	only := flag.String("only", "", "with -matrix or -libmatrix: only the workloads whose \"group/name\" this regular expression matches")
+	libmatrix := flag.Bool("libmatrix", false, "run the library matrix: a Go program with the library against the same with os on the kernel's mount (after -matrix, before -full)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof), e.g. of -libmatrix with -only")
 	flag.Parse()
 	if os.Getenv("TESTBED_GUEST") != "1" {
 		fmt.Fprintln(os.Stderr, "benchguest runs inside the test-bed guest: use 'testbed bench-baseline' or 'testbed bench'")
 		os.Exit(2)
+	}
+	stopProfile := func() {}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "-cpuprofile:", err)
+			os.Exit(2)
+		}
+		stopProfile = func() { pprof.StopCPUProfile(); f.Close() }
 	}
 	ctx := context.Background()
 	r := &bench.Report{When: time.Now().UTC(), Kernel: bench.KernelVersion()}
@@ -75,21 +92,23 @@ func main() {
 		g.Plan.FileMiB, g.Plan.Passes, g.Plan.Rounds = *cmpSize, *passes, *rounds
 		r.Note("plan of the paired rounds: %+v", g.Plan)
 		g.CompareFUSE(ctx)
-	case *matrix || *full:
+	case *matrix || *full || *libmatrix:
+		var onlyRE *regexp.Regexp
+		if *only != "" {
+			re, err := regexp.Compile(*only)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "-only:", err)
+				os.Exit(2)
+			}
+			onlyRE = re
+		}
 		if *matrix {
 			p := bench.DefaultMatrixPlan()
 			p.Rounds = *rounds
 			if *quick {
 				p = bench.QuickMatrixPlan()
 			}
-			if *only != "" {
-				re, err := regexp.Compile(*only)
-				if err != nil {
-					fmt.Fprintln(os.Stderr, "-only:", err)
-					os.Exit(2)
-				}
-				p.Only = re
-			}
+			p.Only = onlyRE
 			// Each round's figures are saved as they come: a guest that
 			// runs out of time still leaves them.
 			g.Matrix(ctx, p, func() {
@@ -98,6 +117,19 @@ func main() {
 				}
 			})
 			g.NoFUSECompare = true
+		}
+		if *libmatrix {
+			p := bench.DefaultLibPlan()
+			p.Rounds = *rounds
+			if *quick {
+				p = bench.QuickLibPlan()
+			}
+			p.Only = onlyRE
+			g.LibMatrix(ctx, p, func() {
+				if err := r.WriteJSON(*out); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+			})
 		}
 		if *full {
 			g.Plan = bench.DefaultPlan()
@@ -124,6 +156,7 @@ func main() {
 		g.Perftest(ctx)
 		g.KernelNFS(ctx)
 	}
+	stopProfile()
 	if err := r.WriteJSON(*out); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

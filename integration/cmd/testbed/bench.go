@@ -37,11 +37,11 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	size := fs.Int("size", 256, "fio file size in MiB of the kernel baseline jobs")
 	defTimeout := 30 * time.Minute
 	if full {
-		defTimeout = 110 * time.Minute // the matrix's three rounds (with the FUSE floor) take about 50-60, the library figures 20
+		defTimeout = 125 * time.Minute // the matrix's three rounds (with the FUSE floor) take about 50-60, the library matrix 10-15, the library figures 20
 	}
 	timeout := fs.Duration("timeout", defTimeout, "guest timeout")
 	var cmpSize, passes, rounds *int
-	var quick, library *bool
+	var quick, library, matrix, libmatrix *bool
 	var only *string
 	if full {
 		cmpSize = fs.Int("compare-size", 64, "file size in MiB of the transport and NFS-level comparisons (ours and the kernel's)")
@@ -49,7 +49,9 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 		rounds = fs.Int("rounds", 3, "rounds of paired measurements, each ratio the median of its rounds' ratios")
 		quick = fs.Bool("quick", false, "one round of smaller sizes, for development")
 		library = fs.Bool("library", true, "after the matrix, measure the library and transport beside perftest and the kernel client")
-		only = fs.String("only", "", "run only the matrix workloads whose \"group/name\" this regular expression matches (with -out elsewhere, for development)")
+		only = fs.String("only", "", "run only the matrix workloads (both matrices') whose \"group/name\" this regular expression matches (with -out elsewhere, for development)")
+		matrix = fs.Bool("matrix", true, "run the workload matrix (the kernel's mount against nfsrdma-mount)")
+		libmatrix = fs.Bool("libmatrix", true, "after the workload matrix, run the library matrix (a Go program with the library against the same with os on the kernel's mount)")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2, nil
@@ -92,7 +94,13 @@ func runBench(ctx context.Context, cmd, report string, full bool, args []string)
 	os.Remove(jsonPath) // never mistake an old report for this run's
 	gargs := []string{filepath.Join(rel, ".bin", "benchguest"), "-out", filepath.Join(rel, report+".json"), "-size", fmt.Sprint(*size)}
 	if full {
-		gargs = append(gargs, "-matrix", "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
+		if *matrix {
+			gargs = append(gargs, "-matrix")
+		}
+		if *libmatrix {
+			gargs = append(gargs, "-libmatrix")
+		}
+		gargs = append(gargs, "-compare-size", fmt.Sprint(*cmpSize), "-passes", fmt.Sprint(*passes), "-rounds", fmt.Sprint(*rounds),
 			"-nfsrdma-mount", filepath.Join(rel, ".bin", "nfsrdma-mount"))
 		if *library {
 			gargs = append(gargs, "-full")
@@ -156,6 +164,7 @@ func writeReports(cmd, jsonPath string, r *bench.Report) error {
 		// The matrix, for the terminal.
 		r.WriteMatrix(os.Stdout)
 	}
+	r.WriteLibMatrix(os.Stdout)
 	return nil
 }
 
