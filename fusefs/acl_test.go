@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,11 +18,11 @@ import (
 
 // aclServer answers NFSACL GETACL and SETACL itself, as knfsd does beside
 // NFS on the same port (go-nfs has no NFSACL): the directories whose
-// handles it was given have a default ACL, others none, unless SETACL (or
+// handles it was given have a default ACL (of five entries), others none, unless SETACL (or
 // setACLs) gave the object ACLs of its own. It records the modes of the
 // CREATEs and MKDIRs that pass and the SETACLs, and counts the GETACLs.
-// A SETACL is refused with setErr when set; neither reply carries
-// attributes.
+// A SETACL is refused with setErr when set, a GETACL with getErr;
+// neither reply carries attributes.
 type aclServer struct {
 	sunrpc.Transport
 	mu       sync.Mutex
@@ -31,6 +32,7 @@ type aclServer struct {
 	acls     map[string][2]nfs3.ACL
 	setacls  []setACLCall
 	setErr   nfs3.Status
+	getErr   nfs3.Status
 }
 
 // setACLCall is a SETACL's arguments as aclServer decoded them.
@@ -84,7 +86,13 @@ func (s *aclServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 		s.getacls++
 		for _, dfh := range s.defaults {
 			if bytes.Equal(dfh, fh) {
-				r.Default = nfs3.ACL{Count: 5}
+				r.Default = nfs3.ACL{Count: 5, Entries: []nfs3.ACLEntry{
+					{Tag: nfs3.TagUserObj, Perm: 7},
+					{Tag: nfs3.TagUser, ID: 1000, Perm: 7},
+					{Tag: nfs3.TagGroupObj, Perm: 5},
+					{Tag: nfs3.TagMask, Perm: 7},
+					{Tag: nfs3.TagOther, Perm: 5},
+				}}
 			}
 		}
 		if a, ok := s.acls[string(fh)]; ok {
@@ -96,9 +104,10 @@ func (s *aclServer) RoundTrip(ctx context.Context, req *sunrpc.Request) (*sunrpc
 		if mask&nfs3.ACLDefault == 0 {
 			r.Default.Entries = nil
 		}
+		st := s.getErr
 		s.mu.Unlock()
 		b := sunrpc.AppendReply(nil, &sunrpc.ReplyHeader{XID: h.XID, Stat: sunrpc.MsgAccepted})
-		b = r.Append(sunrpc.AppendUint32(b, uint32(nfs3.StatusOK)), nfs3.StatusOK)
+		b = r.Append(sunrpc.AppendUint32(b, uint32(st)), st)
 		return sunrpc.NewReply(b, nil, nil), nil
 	case h.Prog == nfs3.ACLProgram && h.Proc == nfs3.ACLProcSetacl:
 		fh, mask, access, dflt, err := nfs3.DecodeSetACLArgs(d)
@@ -263,9 +272,10 @@ func TestUmaskWithoutNFSACL(t *testing.T) {
 	}
 }
 
-// TestDefaultACLAskedAgainAfterChange: a directory changed by someone else
-// (its ctime moved, not by this mount) is asked again; the answer for an
-// unchanged directory is kept until the attribute timeout.
+// TestDefaultACLAskedAgainAfterChange: the directory's one GETACL answer
+// (the node's) is kept across the mount's own creations in it and serves
+// getfacl too; a directory changed by someone else (its ctime moved, not
+// by this mount) is asked again.
 func TestDefaultACLAskedAgainAfterChange(t *testing.T) {
 	srv := startGoNFS(t, backendDisk)
 	as := &aclServer{}
@@ -288,6 +298,14 @@ func TestDefaultACLAskedAgainAfterChange(t *testing.T) {
 	if n, _ := as.counts(); n != 1 {
 		t.Fatalf("%d GETACLs for two files in one directory, want 1", n)
 	}
+	for _, name := range []string{xattrACLAccess, xattrACLDefault} {
+		if _, err := getxattr(t, m.path("."), name); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("getxattr %s of the directory: %v, want ENODATA", name, err)
+		}
+	}
+	if n, _ := as.counts(); n != 1 {
+		t.Fatalf("%d GETACLs after getfacl of the directory, want the creations' 1", n)
+	}
 	// Another client: a name appears on the server, the root's ctime moves.
 	if err := os.WriteFile(filepath.Join(srv.Dir, "other"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -299,4 +317,52 @@ func TestDefaultACLAskedAgainAfterChange(t *testing.T) {
 	if n, _ := as.counts(); n != 2 {
 		t.Fatalf("%d GETACLs after the directory changed, want 2", n)
 	}
+}
+
+// TestUmaskGETACLErrors: a file system without ACLs (NFS3ERR_NOTSUPP) is
+// a directory without a default ACL (the umask applies; the answer is
+// kept like any other, and the xattrs give EOPNOTSUPP); any other failure
+// of GETACL fails the creation with its error, as on the Linux client.
+func TestUmaskGETACLErrors(t *testing.T) {
+	srv := startGoNFS(t, backendDisk)
+	as := &aclServer{getErr: nfs3.ErrNotSupp}
+	m := mountGoNFSVia(t, srv, nil, func(tr sunrpc.Transport) sunrpc.Transport {
+		as.Transport = tr
+		return as
+	})
+	withUmask(0o022, func() {
+		for _, f := range []string{"a", "b"} {
+			fd, err := os.OpenFile(m.path(f), os.O_CREATE|os.O_WRONLY, 0o666)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd.Close()
+		}
+		if n, modes := as.counts(); n != 1 || modes["a"] != 0o644 || modes["b"] != 0o644 {
+			t.Errorf("NFS3ERR_NOTSUPP: %d GETACLs (want 1), modes %o %o (want 644)", n, modes["a"], modes["b"])
+		}
+		if _, err := getxattr(t, m.path("."), xattrACLDefault); !errors.Is(err, unix.EOPNOTSUPP) {
+			t.Errorf("getxattr with NFS3ERR_NOTSUPP: %v, want EOPNOTSUPP", err)
+		}
+		if m.fsys.noACLProgram.Load() {
+			t.Error("NFS3ERR_NOTSUPP taken for a server without NFSACL")
+		}
+
+		as.mu.Lock()
+		as.getErr = nfs3.ErrIO
+		as.mu.Unlock()
+		if err := os.WriteFile(filepath.Join(srv.Dir, "other"), nil, 0o644); err != nil {
+			t.Fatal(err) // another client's change: the answer is stale
+		}
+		if _, _, err := m.fsys.root.getattr(testCtx(t), true); err != nil {
+			t.Fatal(err)
+		}
+		_, err := os.OpenFile(m.path("c"), os.O_CREATE|os.O_WRONLY, 0o666)
+		if !errors.Is(err, unix.EIO) {
+			t.Errorf("create with GETACL failing NFS3ERR_IO: %v, want EIO", err)
+		}
+		if _, err := os.Stat(filepath.Join(srv.Dir, "c")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the failed create reached the server: %v", err)
+		}
+	})
 }

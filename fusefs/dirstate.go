@@ -40,9 +40,9 @@ import (
 // then dirState.mu: knownAbsent, keptPage and setAttr hold both, so that
 // the names and kept replies are never trusted under attributes that
 // showed them stale. Never the other way, and never two directories'
-// states at once. The mount-wide caches changed updates beside them (the
-// default ACLs, acl.go) take their own locks under both. No NFS call is
-// made with mu held.
+// states at once. What changed updates of the node's own state beside
+// them (its access rights, its ACL answer) is under the node's mu. No NFS
+// call is made with mu held.
 type dirState struct {
 	n *node // the directory's node: its handle and attributes
 
@@ -125,8 +125,8 @@ func (d *dirState) changed(w *nfs3.WccData, ok bool, changes ...nameChange) {
 		n.attrs.invalidate()
 		return
 	}
-	n.carryAccessLocked(w)                               // the mount's own change (access.go)
-	n.fsys.defaultACLs.changedBy(n.fh, &n.attrs.attr, w) // likewise (acl.go)
+	n.carryAccessLocked(w) // the mount's own change (access.go)
+	n.carryACLsLocked(w)   // likewise: not of the ACLs (xattr.go)
 	lo, hi := n.fsys.acBounds(w.After.Type)
 	if n.attrs.update(*w.After, n.fsys.now(), lo, hi) && !own {
 		d.dropNamesLocked()

@@ -139,10 +139,8 @@ type FS struct {
 	// cancel channel, with the creator's umask (set by the raw file
 	// system, read through fuse.Context.Cancel: FS.umaskOf; acl.go).
 	umasks sync.Map
-	// noACLProgram: the server answered that it has no NFSACL (acl.go).
+	// noACLProgram: the server answered that it has no NFSACL (xattr.go).
 	noACLProgram atomic.Bool
-	// defaultACLs: which directories have a default ACL (acl.go).
-	defaultACLs defaultACLs
 
 	// shared: other users than the mounting one may enter the mount
 	// (allow_other; set by NewRawFS). See private.go.

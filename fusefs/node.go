@@ -80,9 +80,11 @@ type node struct {
 	// mount (the kernel itself is told 0).
 	entryUntil time.Time
 
-	// acls: the server's last answer of the object's POSIX ACLs
-	// (xattr.go), used while the attributes are trusted and show the
-	// same ctime.
+	// acls: the server's last answer of the object's POSIX ACLs, the
+	// mount's only record of them (xattrs, and a directory's umask rule):
+	// used while the attributes are trusted and show the answer's ctime,
+	// which this mount's own changes of a directory carry over (aclAnswer,
+	// xattr.go).
 	acls aclAnswer
 }
 

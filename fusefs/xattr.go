@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"syscall"
 
@@ -25,8 +26,9 @@ import (
 // on default_permissions: the server decides permissions here). The
 // kernel keeps no ACLs of its own then; node.acls keeps the server's
 // answer instead, as the Linux client keeps an inode's ACLs: one GETACL
-// answers both names (and, for a directory, both ACLs) until the
-// attributes show a change.
+// answers both names (and, for a directory, both ACLs, which also decide
+// whether the creator's umask applies in it, acl.go) until the
+// attributes show a change that was not this mount's own.
 //
 // Reading: the server's entries are sorted as the kernel sorts them (by
 // type, then id), a four-entry ACL's mask equal to the owning group's
@@ -59,15 +61,31 @@ const (
 )
 
 // aclAnswer is a node's last GETACL answer, as the two xattrs give it
-// (nil: no such ACL; a non-directory's default is always nil). It answers
-// while the node's attributes are trusted and show the ctime it came
-// with; a SETACL or a chmod through the mount drops it. The node's mutex guards it.
+// (nil: no such ACL; a non-directory's default is always nil), or the
+// answer that the object's file system has no ACLs (noACLs:
+// NFS3ERR_NOTSUPP). It is the mount's one record of the object's ACLs:
+// getxattr, listxattr and setxattr read it, and for a directory so does
+// the umask rule of the creations in it (hasDefaultACL, acl.go).
+//
+// Invariant: an answer (ok) is the server's as of ctime, and it answers
+// while the node's attributes are trusted and show that ctime. A change
+// this mount made in a directory (CREATE, REMOVE, RENAME...: not its
+// ACLs) whose wcc_data shows it moved the ctime from exactly ctime
+// carries the answer over to the new ctime (carryACLsLocked, from
+// dirState.changed); any other change of ctime (another client's, a
+// SETATTR's) leaves the answer stale, and a SETACL or a chmod through
+// the mount drops it. The node's mutex guards it.
 type aclAnswer struct {
 	ok      bool // an answer is held
+	noACLs  bool // the answer was NFS3ERR_NOTSUPP: EOPNOTSUPP
 	ctime   nfs3.Time
 	access  []nfs3.ACLEntry
 	dfltACL []nfs3.ACLEntry
 }
+
+// errNoACLs is getACLs' failure when the mount or the object's file
+// system has no ACLs: the xattrs give EOPNOTSUPP and the umask applies.
+var errNoACLs = fmt.Errorf("no POSIX ACLs (noacl, no NFSACL, or NFS3ERR_NOTSUPP): %w", syscall.EOPNOTSUPP)
 
 var (
 	_ fs.NodeGetxattrer    = (*node)(nil)
@@ -122,7 +140,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	defer done()
 	a, err := n.getACLs(cctx)
 	if err != nil {
-		if errors.Is(err, syscall.EOPNOTSUPP) {
+		if errors.Is(err, errNoACLs) {
 			return 0, 0 // as the Linux client: the names it cannot read are not listed
 		}
 		return 0, aclErrno(err)
@@ -189,15 +207,21 @@ func aclErrno(err error) syscall.Errno {
 }
 
 // getACLs returns n's ACLs: the cached answer, or GETACL's (of both ACLs
-// for a directory). A server without NFSACL (from then on the mount has
-// no ACLs) or a file system without ACLs (NFS3ERR_NOTSUPP) gives
-// EOPNOTSUPP, as on the Linux client.
+// for a directory: one call answers getfacl and the umask rule alike). A
+// server without NFSACL (from then on the mount has no ACLs) or a file
+// system without ACLs (NFS3ERR_NOTSUPP, kept as an answer) gives
+// errNoACLs, as EOPNOTSUPP on the Linux client. A reply without all that
+// was asked, or with entries no ACL has, gives EIO, as on the Linux
+// client.
 func (n *node) getACLs(ctx context.Context) (aclAnswer, error) {
 	f := n.fsys
 	n.mu.Lock()
 	if _, fresh := n.attrs.fresh(f.now()); fresh && n.acls.ok && n.acls.ctime == n.attrs.attr.Ctime {
 		a := n.acls
 		n.mu.Unlock()
+		if a.noACLs {
+			return aclAnswer{}, errNoACLs
+		}
 		return a, nil
 	}
 	isDir := n.attrs.attr.Type == nfs3.TypeDir
@@ -211,31 +235,28 @@ func (n *node) getACLs(ctx context.Context) (aclAnswer, error) {
 		r, err = f.c.GetACL(ctx, fh, mask)
 		return err
 	})
+	a := aclAnswer{ok: true}
 	switch {
 	case nfs3.NoACLProgram(err):
-		if !f.noACLProgram.Swap(true) {
-			f.log.Info("the server has no NFSACL: extended attributes give EOPNOTSUPP, as with noacl", "err", err)
-		}
-		return aclAnswer{}, syscall.EOPNOTSUPP
+		f.sawNoACLProgram(err)
+		return aclAnswer{}, errNoACLs
 	case errors.Is(err, nfs3.ErrNotSupp):
-		n.setAttr(r.Attr)
-		return aclAnswer{}, syscall.EOPNOTSUPP
+		a.noACLs = true
 	case err != nil:
 		return aclAnswer{}, err
-	}
-	if r.Mask&mask != mask {
+	case r.Mask&mask != mask:
 		// Not all that was asked came back (the Linux client: EIO).
 		n.setAttr(r.Attr)
 		return aclAnswer{}, syscall.EIO
-	}
-	a := aclAnswer{ok: true}
-	var ok bool
-	if a.access, ok = aclFromWire(r.Access, true); !ok {
-		return aclAnswer{}, syscall.EIO
-	}
-	if isDir {
-		if a.dfltACL, ok = aclFromWire(r.Default, false); !ok {
+	default:
+		var ok bool
+		if a.access, ok = aclFromWire(r.Access, true); !ok {
 			return aclAnswer{}, syscall.EIO
+		}
+		if isDir {
+			if a.dfltACL, ok = aclFromWire(r.Default, false); !ok {
+				return aclAnswer{}, syscall.EIO
+			}
 		}
 	}
 	n.setAttr(r.Attr)
@@ -247,14 +268,48 @@ func (n *node) getACLs(ctx context.Context) (aclAnswer, error) {
 		n.acls = a
 	}
 	n.mu.Unlock()
-	if isDir && r.Attr != nil {
-		// The umask rule's cache learns the answer too (acl.go).
-		n.mu.Lock()
-		e := defaultACL{has: a.dfltACL != nil, ctime: a.ctime, until: n.attrs.at.Add(n.attrs.timeo)}
-		n.mu.Unlock()
-		f.defaultACLs.put(n.handle(), e, f.now())
+	if a.noACLs {
+		return aclAnswer{}, errNoACLs
 	}
 	return a, nil
+}
+
+// sawNoACLProgram notes that the server has no NFSACL (err said so): from
+// then on the mount has no ACLs, as with noacl.
+func (f *FS) sawNoACLProgram(err error) {
+	if !f.noACLProgram.Swap(true) {
+		f.log.Info("the server has no NFSACL: the creator's umask applies to every new file and extended attributes give EOPNOTSUPP, as with noacl", "err", err)
+	}
+}
+
+// carryACLsLocked carries directory n's ACL answer over a change this
+// mount made in it (dirState.changed, before w.After is recorded), which
+// does not change its ACLs, as the Linux client keeps an inode's cached
+// ACLs across its own changes: when the change moved the ctime from
+// exactly the answer's (w.Before's, or without one the trusted cached
+// attributes'), the answer holds at w.After's ctime. Otherwise the
+// directory changed in a way the answer may not know of, and it goes.
+// n.mu is held.
+func (n *node) carryACLsLocked(w *nfs3.WccData) {
+	if !n.acls.ok || w.After == nil {
+		return
+	}
+	var before nfs3.Time
+	switch {
+	case w.Before != nil:
+		before = w.Before.Ctime
+	default:
+		if _, fresh := n.attrs.fresh(n.fsys.now()); !fresh {
+			n.acls = aclAnswer{}
+			return
+		}
+		before = n.attrs.attr.Ctime
+	}
+	if n.acls.ctime != before {
+		n.acls = aclAnswer{}
+		return
+	}
+	n.acls.ctime = w.After.Ctime
 }
 
 // forgetACLs drops n's cached ACLs: this mount changed its mode, which
@@ -329,9 +384,7 @@ func (n *node) setACL(ctx context.Context, dflt bool, entries []nfs3.ACLEntry) s
 	}
 	switch {
 	case nfs3.NoACLProgram(err):
-		if !f.noACLProgram.Swap(true) {
-			f.log.Info("the server has no NFSACL: extended attributes give EOPNOTSUPP, as with noacl", "err", err)
-		}
+		f.sawNoACLProgram(err)
 		return syscall.EOPNOTSUPP
 	case errors.Is(err, nfs3.ErrNotSupp):
 		return syscall.EOPNOTSUPP
