@@ -118,37 +118,11 @@ func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error
 			cfg.MaxIO = defaultMaxIO
 		}
 	}
-	_, pins := cfg.Fabric.(*ibv.Fabric)
-	if cfg.Fabric == nil {
-		// The local prerequisite first: without RDMA there is no point in
-		// asking the server for anything.
-		fab, err := openFabric()
-		if err != nil {
-			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
-		}
-		cfg.Fabric, pins = fab, true
-		o.Release = func() error { return releaseFabric(fab) }
+	dial, release, err := rdmaDialer(spec, &cfg, max(o.NConnect, 1), ioFixed, o.NFSPort)
+	if err != nil {
+		return nil, err
 	}
-	if pins {
-		// rdma-core pins what it registers: the pool fits the
-		// locked-memory limit, or Mount fails before asking the server
-		// for anything.
-		limit, err := memlockLimit()
-		var pool memlock.Pool
-		if err == nil {
-			pool, err = memlock.Fit(&cfg, o.NConnect, limit, ioFixed)
-		}
-		if err != nil {
-			if o.Release != nil {
-				err = errors.Join(err, o.Release())
-			}
-			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
-		}
-		if pool.Sized && cfg.Logger != nil {
-			cfg.Logger.Warn("nfsrdma: the locked-memory limit (ulimit -l) sizes the RDMA buffer pool: fewer I/Os in flight; raise memlock for the full pool",
-				"limit_kib", limit>>10, "io_buffers", pool.IOBuffers, "slots", pool.Slots, "max_io", pool.MaxIO, "nconnect", max(o.NConnect, 1))
-		}
-	}
+	o.Dial, o.Release = dial, release
 	// The RDMA buffers hold a READ's or WRITE's data: no larger ones.
 	limit := uint32(cfg.MaxIO)
 	if o.Client.Rsize == 0 || o.Client.Rsize > limit {
@@ -157,15 +131,56 @@ func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error
 	if o.Client.Wsize == 0 || o.Client.Wsize > limit {
 		o.Client.Wsize = limit
 	}
-	port := o.NFSPort
+	return nfs3.Mount(ctx, host, export, &o.MountOptions)
+}
+
+// rdmaDialer prepares the RDMA side of a one-call mount (Mount, MountV4):
+// the fabric, opened here unless cfg names one (release then lets it go
+// once the Target's connections are closed; nil otherwise); over
+// rdma-core, which pins what it registers, cfg's buffer pool fitted to the
+// locked-memory limit for nconnect connections (smaller I/Os too unless
+// ioFixed), or a *memlock.Error before the server is asked anything; and
+// the dialer of the server's RPC-over-RDMA port (Port when port is 0),
+// which reports a registration the kernel refuses for want of locked
+// memory as the same error.
+func rdmaDialer(spec string, cfg *xprt.Config, nconnect int, ioFixed bool, port int) (dial func(context.Context, netip.Addr) (sunrpc.Transport, error), release func() error, err error) {
+	_, pins := cfg.Fabric.(*ibv.Fabric)
+	if cfg.Fabric == nil {
+		// The local prerequisite first: without RDMA there is no point in
+		// asking the server for anything.
+		fab, err := openFabric()
+		if err != nil {
+			return nil, nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
+		}
+		cfg.Fabric, pins = fab, true
+		release = func() error { return releaseFabric(fab) }
+	}
+	if pins {
+		limit, err := memlockLimit()
+		var pool memlock.Pool
+		if err == nil {
+			pool, err = memlock.Fit(cfg, nconnect, limit, ioFixed)
+		}
+		if err != nil {
+			if release != nil {
+				err = errors.Join(err, release())
+			}
+			return nil, nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
+		}
+		if pool.Sized && cfg.Logger != nil {
+			cfg.Logger.Warn("nfsrdma: the locked-memory limit (ulimit -l) sizes the RDMA buffer pool: fewer I/Os in flight; raise memlock for the full pool",
+				"limit_kib", limit>>10, "io_buffers", pool.IOBuffers, "slots", pool.Slots, "max_io", pool.MaxIO, "nconnect", nconnect)
+		}
+	}
 	if port == 0 {
 		port = Port
 	}
-	o.Dial = func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
-		c := cfg
+	c := *cfg
+	dial = func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
+		c := c
 		c.Addr = netip.AddrPortFrom(addr, uint16(port))
 		t, err := xprt.Dial(ctx, c)
-		if merr := memlock.FromRegistration(err, max(o.NConnect, 1), c.MaxIO); merr != nil {
+		if merr := memlock.FromRegistration(err, nconnect, c.MaxIO); merr != nil {
 			// The kernel refused below the limit as read (a
 			// provider's own pinned memory, or another registration
 			// of this process): the same fix.
@@ -173,7 +188,7 @@ func Mount(ctx context.Context, spec string, opts *Options) (*nfs3.Target, error
 		}
 		return t, err
 	}
-	return nfs3.Mount(ctx, host, export, &o.MountOptions)
+	return dial, release, nil
 }
 
 // releaseFabric releases a fabric Mount opened, once the Target's

@@ -3,12 +3,9 @@ package nfsrdma
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/netip"
 
 	"github.com/nfsrdma/nfsrdma/nfs3"
 	"github.com/nfsrdma/nfsrdma/nfs4"
-	"github.com/nfsrdma/nfsrdma/sunrpc"
 	"github.com/nfsrdma/nfsrdma/xprt"
 )
 
@@ -30,7 +27,9 @@ type OptionsV4 struct {
 // RPC-over-RDMA, or over TCP with opts.TCP: Mount's NFSv4 twin, returning
 // an nfs4.Target, the same path API and io/fs file system as nfs3.Target.
 // NFSv4 needs no MOUNT protocol: the export is looked up from the server's
-// root. The Target owns the connection and the fabric it opened.
+// root. The Target owns the connection and the fabric it opened. Over
+// rdma-core the buffer pool is fitted to the locked-memory limit as for
+// Mount, or MountV4 fails at once with a *memlock.Error naming the fix.
 func MountV4(ctx context.Context, spec string, opts *OptionsV4) (*nfs4.Target, error) {
 	var o OptionsV4
 	if opts != nil {
@@ -47,34 +46,24 @@ func MountV4(ctx context.Context, spec string, opts *OptionsV4) (*nfs4.Target, e
 		return nil, errors.New("nfsrdma: MountV4 over RDMA makes the connection itself: leave MountOptions.Transport, Dial and Release nil (or use nfs4.Mount)")
 	}
 	cfg := o.RDMA
+	ioFixed := cfg.MaxIO > 0 || o.Client.MaxIO > 0
 	if cfg.MaxIO <= 0 {
 		cfg.MaxIO = o.Client.MaxIO
 		if cfg.MaxIO <= 0 {
 			cfg.MaxIO = defaultMaxIO
 		}
 	}
-	if o.Client.MaxIO <= 0 || o.Client.MaxIO > cfg.MaxIO {
-		o.Client.MaxIO = cfg.MaxIO
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = o.Client.Logger
 	}
-	port := o.Port
-	if port == 0 {
-		port = Port
+	dial, release, err := rdmaDialer(spec, &cfg, 1, ioFixed, o.Port)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Fabric == nil {
-		fab, err := openFabric()
-		if err != nil {
-			return nil, fmt.Errorf("nfsrdma: mount %s: %w", spec, err)
-		}
-		cfg.Fabric = fab
-		o.Release = func() error { return releaseFabric(fab) }
-	}
-	o.Dial = func(ctx context.Context, addr netip.Addr) (sunrpc.Transport, error) {
-		c := cfg
-		c.Addr = netip.AddrPortFrom(addr, uint16(port))
-		return xprt.Dial(ctx, c)
+	o.Dial, o.Release = dial, release
+	// The RDMA buffers hold a READ's or WRITE's data: no larger ones.
+	if o.Client.MaxIO <= 0 || o.Client.MaxIO > cfg.MaxIO {
+		o.Client.MaxIO = cfg.MaxIO
 	}
 	return nfs4.Mount(ctx, host, export, &o.MountOptions)
 }

@@ -374,3 +374,20 @@ func TestMountMemlockTooSmall(t *testing.T) {
 		})
 	}
 }
+
+// TestMountV4MemlockTooSmall: MountV4 over rdma-core fits its pool to the
+// locked-memory limit as Mount does (they share rdmaDialer), and refuses a
+// limit nothing fits before dialing, closing the fabric it opened.
+func TestMountV4MemlockTooSmall(t *testing.T) {
+	fab := sim.NewFabric()
+	useFabric(t, fab, nil)
+	useMemlockLimit(t, 64<<10)
+	_, err := MountV4(testCtx(t), "127.0.0.1:/", nil)
+	var me *memlock.Error
+	if !errors.As(err, &me) {
+		t.Fatalf("MountV4: %v; want a *memlock.Error", err)
+	}
+	if _, err := fab.OpenDevice("sim0"); !errors.Is(err, verbs.ErrClosed) {
+		t.Errorf("the fabric MountV4 opened is still open after the refusal (OpenDevice: %v)", err)
+	}
+}
